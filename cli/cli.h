@@ -1,0 +1,43 @@
+/* Shared pieces of the `tilejit` command: option parsing, error reporting, the command table. */
+#ifndef TJ_CLI_H
+#define TJ_CLI_H
+
+#include <stdint.h>
+
+#include "tilejit.h"
+
+/* A command's entry point; argv[0] is the command name. Returns the process exit code:
+ * 0 success, 1 bad input or failure (one message on stderr). */
+typedef int (*tj_cmd_fn)(int argc, char **argv);
+
+typedef struct tj_cmd {
+    const char *name;
+    const char *summary;
+    tj_cmd_fn run;
+} tj_cmd;
+
+/* Prints "tilejit <cmd>: message" on stderr and returns 1. */
+int cli_fail(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Option parsing: a tiny getopt_long-like scanner over `--name value`, `--name=value` and flags.
+ * Unknown options and missing values are errors with a message naming them. */
+typedef struct cli_opt {
+    const char *name;   /* without dashes, e.g. "weights"; single letter for short forms ("o") */
+    int has_value;      /* 1: takes a value, 0: a flag */
+    const char **value; /* where a value goes (has_value) */
+    int *flag;          /* incremented for flags (may be NULL) */
+} cli_opt;
+
+/* Parses argv[1..]; positionals are collected into pos (at most max_pos). Returns 0 on success,
+ * 1 after printing a message; 2 if --help was given (help printed by the caller). */
+int cli_parse(const char *cmd, int argc, char **argv, const cli_opt *opts, const char **pos,
+              int max_pos, int *npos);
+
+int cli_parse_int(const char *cmd, const char *opt, const char *s, int64_t lo, int64_t hi, int64_t *out);
+int cli_parse_double(const char *cmd, const char *opt, const char *s, double lo, double hi, double *out);
+int cli_parse_backend(const char *cmd, const char *s, tj_backend *out);
+
+int cmd_inspect(int argc, char **argv);
+int cmd_run(int argc, char **argv);
+
+#endif

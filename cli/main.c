@@ -1,0 +1,44 @@
+/* `tilejit`: the command line over the library. Each command lives in cli/cmd_<name>.c;
+ * this file only dispatches. Exit codes: 0 success, 1 bad input or failure. */
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "tj_config.h"
+
+static const tj_cmd commands[] = {
+    {"inspect", "per-layer shape, tiles, density and FLOP reduction of a pattern", cmd_inspect},
+    {"run", "run one layer on a .npy input and write Y as .npy", cmd_run},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: tilejit COMMAND [ARGS]   (tilejit COMMAND --help for details)\n\n"
+               "tilejit %s: tile-wise sparse kernels, generated per layer and JIT-compiled.\n\n"
+               "commands:\n", TJ_VERSION);
+    for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
+        fprintf(f, "  %-9s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "\noptions: --help, --version\n");
+}
+
+int main(int argc, char **argv)
+{
+    signal(SIGPIPE, SIG_IGN); /* a closed pipe is an error message, not a death by signal */
+    if (argc < 2) {
+        usage(stderr);
+        return 1;
+    }
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    if (strcmp(argv[1], "--version") == 0) {
+        printf("tilejit %s\n", TJ_VERSION);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
+        if (strcmp(argv[1], commands[i].name) == 0) return commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "tilejit: unknown command '%s' (see tilejit --help)\n", argv[1]);
+    return 1;
+}

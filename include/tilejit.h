@@ -1,0 +1,143 @@
+/* tilejit.h — the one public header of tilejit.
+ *
+ * tilejit runs tile-wise (TW) sparse linear layers, Y = act(X · (W ⊙ mask)ᵀ + bias), with code
+ * generated per layer and compiled at load time (LLVM ORC JIT on the host CPU, NVRTC on GPUs).
+ *
+ * A short tour:
+ *
+ *     tj_context *ctx = NULL;
+ *     tj_options opt = tj_options_default();        // backend AUTO, all cores
+ *     if (tj_context_create(&opt, &ctx) != TJ_OK) { ... }
+ *     tj_model *model = NULL;
+ *     if (tj_model_load(ctx, "model.pattern.json", "model.safetensors", &model) != TJ_OK)
+ *         fprintf(stderr, "%s\n", tj_context_error(ctx));
+ *     // x: DLTensor float32 [M × K] in host memory; y: DLTensor float32 [M × N]
+ *     if (tj_linear(model, "encoder.layer.0.intermediate.dense", &x, &y, NULL) != TJ_OK)
+ *         fprintf(stderr, "%s\n", tj_context_error(ctx));
+ *     tj_model_destroy(model);
+ *     tj_context_destroy(ctx);
+ *
+ * Conventions:
+ * - Every fallible call returns a tj_status; outputs come last. On failure, tj_context_error()
+ *   gives the calling thread's last message for that context (file, layer, field and value
+ *   where the cause is a file). Library code never prints, aborts or exits.
+ * - _create/_load give ownership to the caller, who frees with the matching _destroy (which
+ *   accepts NULL). Getters borrow: returned pointers live as long as the object they came from.
+ * - Tensors cross the API as DLPack DLTensor. Activations are row-major [M × K] unless a call
+ *   says feature-major ([K × M], the GPU's fast layout).
+ * - Thread safety: many threads may call tj_linear on one loaded model at once. Creating and
+ *   destroying objects must not race with their use.
+ */
+#ifndef TILEJIT_H
+#define TILEJIT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <dlpack/dlpack.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TJ_VERSION_MAJOR 0
+#define TJ_VERSION_MINOR 1
+#define TJ_VERSION_PATCH 0
+
+typedef enum tj_status {
+    TJ_OK = 0,
+    TJ_ERR_INVALID_ARGUMENT, /* a caller's argument is wrong (NULL, shape, dtype, device) */
+    TJ_ERR_IO,               /* a file could not be opened, read, mapped or written */
+    TJ_ERR_FORMAT,           /* a file's content breaks its format's rules */
+    TJ_ERR_NOT_FOUND,        /* a named layer or tensor does not exist */
+    TJ_ERR_OUT_OF_MEMORY,
+    TJ_ERR_UNSUPPORTED,      /* a backend or feature is not available in this build or machine */
+    TJ_ERR_COMPILE,          /* code generation or JIT compilation failed (log in the message) */
+    TJ_ERR_DEVICE,           /* the GPU driver reported an error */
+    TJ_ERR_INTERNAL
+} tj_status;
+
+typedef enum tj_backend {
+    TJ_BACKEND_AUTO = 0,  /* CUDA if a usable GPU is present, else CPU if built, else reference */
+    TJ_BACKEND_REFERENCE, /* plain loops: the yardstick every other backend is checked against */
+    TJ_BACKEND_CPU,       /* LLVM-generated kernels, JIT-compiled for the host CPU */
+    TJ_BACKEND_CUDA       /* NVRTC-compiled kernels on an NVIDIA GPU */
+} tj_backend;
+
+typedef enum tj_activation {
+    TJ_ACT_NONE = 0,
+    TJ_ACT_RELU,
+    TJ_ACT_GELU /* exact erf form: x/2 · (1 + erf(x/√2)) */
+} tj_activation;
+
+/* Options of a context. Start from tj_options_default(): fields added later get defaults there. */
+typedef struct tj_options {
+    tj_backend backend;
+    int threads;            /* CPU worker threads; 0: all cores */
+    const char *cache_dir;  /* kernel cache; NULL: $TILEJIT_CACHE_DIR, $XDG_CACHE_HOME/tilejit, ~/.cache/tilejit */
+    const char *tuning_log; /* JSON Lines tuning log; NULL: $TILEJIT_TUNING_LOG, else built-in defaults */
+    int device;             /* CUDA device ordinal */
+    int verbose;            /* 0 quiet; >0: tj_context_log() collects notes about choices made */
+} tj_options;
+
+typedef struct tj_context tj_context;
+typedef struct tj_model tj_model;
+
+/* Facts about one layer, borrowed from its model. */
+typedef struct tj_layer_info {
+    const char *name;
+    int64_t n, k, g;        /* out features, in features, tile width */
+    int64_t kept_cols;      /* output features kept by the global column pruning (n when none) */
+    int64_t tiles;
+    int64_t kept_weights;   /* TW-kept weights plus ew entries */
+    int64_t ew_nnz;
+    tj_activation activation;
+    int has_bias;
+    uint64_t pattern_hash;  /* canonical hash of the layer's pattern (not its name) */
+} tj_layer_info;
+
+/* Layout flags for tj_linear_ex. */
+enum {
+    TJ_LAYOUT_ROW_MAJOR = 0,     /* X [M × K], Y [M × N] */
+    TJ_LAYOUT_FEATURE_MAJOR = 1  /* X [K × M], Y [N × M]: chains on the GPU without transposes */
+};
+
+const char *tj_version(void);
+const char *tj_status_string(tj_status s);
+const char *tj_backend_name(tj_backend b);
+
+tj_options tj_options_default(void);
+tj_status tj_context_create(const tj_options *opt, tj_context **out);
+void tj_context_destroy(tj_context *c);
+/* The calling thread's last error message for this context; "" when none. Borrowed until the
+ * thread's next call on the context. */
+const char *tj_context_error(const tj_context *c);
+/* The backend the context resolved AUTO to, and why (verbose notes), borrowed. */
+tj_backend tj_context_backend(const tj_context *c);
+const char *tj_context_log(const tj_context *c);
+
+/* Loads a pattern file and a safetensors file, checks that every layer's weights exist with
+ * shape [n, k] (and bias [n], if present) and prepares every layer on the context's backend
+ * (compiling through the kernel cache). The weights file stays memory-mapped while the model
+ * lives. */
+tj_status tj_model_load(tj_context *c, const char *pattern_path, const char *weights_path,
+                        tj_model **out);
+void tj_model_destroy(tj_model *m);
+int64_t tj_model_layer_count(const tj_model *m);
+tj_status tj_model_find_layer(const tj_model *m, const char *name, int64_t *out_index);
+tj_status tj_model_layer_info(const tj_model *m, int64_t index, tj_layer_info *out);
+/* Seconds spent in tj_model_load preparing layers (code generation and compilation). */
+double tj_model_load_seconds(const tj_model *m);
+
+/* Y = act(X · (W ⊙ mask)ᵀ + bias) for one layer, row-major. x: float32 or float16 [M × K];
+ * y: float32 [M × N], written in full. Host tensors on CPU backends; the CUDA backend takes
+ * device tensors (and host tensors through a staging copy). stream: a CUstream or NULL. */
+tj_status tj_linear(tj_model *m, const char *layer, const DLTensor *x, DLTensor *y, void *stream);
+/* The same by layer index and with a layout (TJ_LAYOUT_*). */
+tj_status tj_linear_ex(tj_model *m, int64_t layer, const DLTensor *x, DLTensor *y, int layout,
+                       void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,92 @@
+/* What a loaded model is inside: the pattern, the mapped weights, and the backend that runs it.
+ * Backends implement tj_backend_ops (one file each: backend_reference.c, backend_cpu.c,
+ * backend_cuda.c); model.c validates the caller's tensors and dispatches. */
+#ifndef TJ_MODEL_H
+#define TJ_MODEL_H
+
+#include <pthread.h>
+
+#include "../gen/pattern.h"
+#include "../gen/strbuf.h"
+#include "dtype.h"
+#include "error.h"
+#include "safetensors.h"
+
+/* One layer's weights, borrowed from the mapped safetensors file. */
+typedef struct tj_layer_weights {
+    const void *w;      /* [n, k] row-major */
+    tj_dtype wdt;
+    const void *bias;   /* [n], or NULL */
+    tj_dtype bdt;
+} tj_layer_weights;
+
+/* A dispatch, already checked by model.c. Host backends (ops->host_f32) get x32/y32: contiguous
+ * fp32 row-major [M × K] / [M × N] in host memory, converted by model.c when the caller's
+ * tensors are not. The CUDA backend reads x/y/layout/stream itself. */
+typedef struct tj_linear_args {
+    int64_t m;
+    const DLTensor *x;
+    DLTensor *y;
+    int layout;
+    void *stream;
+    const float *x32;
+    float *y32;
+} tj_linear_args;
+
+typedef struct tj_model tj_model;
+typedef struct tj_context tj_context;
+
+typedef struct tj_backend_ops {
+    const char *name;
+    tj_backend kind;
+    int host_f32;  /* 1: wants x32/y32 */
+    /* Whether this backend can run here; the message says why not. */
+    tj_status (*available)(tj_context *c, tj_error *err);
+    /* Once per model: pack weights and compile every layer (through the kernel cache). */
+    tj_status (*load)(tj_model *m, tj_error *err);
+    tj_status (*linear)(tj_model *m, int64_t layer, const tj_linear_args *a, tj_error *err);
+    void (*unload)(tj_model *m); /* frees m->state */
+} tj_backend_ops;
+
+extern const tj_backend_ops tj_backend_reference_ops;
+extern const tj_backend_ops tj_backend_cpu_ops;   /* only when TJ_HAVE_LLVM */
+extern const tj_backend_ops tj_backend_cuda_ops;  /* only when TJ_HAVE_CUDA */
+
+struct tj_context {
+    tj_options opt;
+    char *cache_dir;
+    char *tuning_log;
+    tj_backend backend;         /* resolved from opt.backend */
+    const tj_backend_ops *ops;
+    pthread_mutex_t lock;       /* guards log and lazily created backend state */
+    tj_strbuf log;
+    void *cpu;                  /* backend_cpu.c's per-context state (thread pool, JIT) */
+    void *cuda;                 /* backend_cuda.c's per-context state (driver, device) */
+};
+
+struct tj_model {
+    tj_context *ctx;
+    tj_pattern *pattern;
+    tj_st_file *weights;
+    tj_layer_weights *lw;       /* pattern->nlayers entries */
+    const tj_backend_ops *ops;
+    void *state;                /* the backend's */
+    double load_seconds;
+};
+
+/* Thread-local last error for the public tj_context_error (context.c). */
+tj_status tj_context_set_error(const tj_context *c, const tj_error *err);
+/* Appends a verbose note (when opt.verbose) to the context log. */
+void tj_context_note(tj_context *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* The yardstick (reference.c): plain loops over DESIGN.md §1's semantics, fp32 accumulation.
+ * x: [m × k] fp32 row-major, y: [m × n] fp32 row-major, fully written. */
+void tj_reference_linear(const tj_layer *l, const tj_layer_weights *w, const float *x, int64_t m,
+                         float *y);
+/* Activation on one value (shared by reference and host epilogues). */
+float tj_activate(tj_activation a, float v);
+
+/* Monotonic seconds. */
+double tj_now(void);
+
+#endif
