@@ -109,6 +109,8 @@ const char *tj_backend_name(tj_backend b);
 tj_options tj_options_default(void);
 tj_status tj_context_create(const tj_options *opt, tj_context **out);
 void tj_context_destroy(tj_context *c);
+/* The calling thread's message for its last failed tj_context_create (no context to hold it). */
+const char *tj_last_error(void);
 /* The calling thread's last error message for this context; "" when none. Borrowed until the
  * thread's next call on the context. */
 const char *tj_context_error(const tj_context *c);

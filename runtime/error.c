@@ -31,7 +31,17 @@ void tj_error_prefix(tj_error *err, const char *fmt, ...)
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
     memcpy(old, err->msg, sizeof old);
-    snprintf(err->msg, sizeof err->msg, "%s: %s", prefix, old);
+    /* Joined by hand: snprintf("%s: %s") into the same-sized buffer trips -Wformat-truncation. */
+    size_t pl = strnlen(prefix, sizeof prefix), ol = strnlen(old, sizeof old - 1), cap = sizeof err->msg - 1;
+    size_t at = pl < cap ? pl : cap;
+    memcpy(err->msg, prefix, at);
+    if (at + 2 <= cap) {
+        memcpy(err->msg + at, ": ", 2);
+        at += 2;
+    }
+    size_t rest = ol < cap - at ? ol : cap - at;
+    memcpy(err->msg + at, old, rest);
+    err->msg[at + rest] = '\0';
 }
 
 void tj_error_clear(tj_error *err)

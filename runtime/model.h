@@ -80,9 +80,11 @@ tj_status tj_context_set_error(const tj_context *c, const tj_error *err);
 void tj_context_note(tj_context *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* The yardstick (reference.c): plain loops over DESIGN.md §1's semantics, fp32 accumulation.
- * x: [m × k] fp32 row-major, y: [m × n] fp32 row-major, fully written. */
+ * x: [m × k] fp32 row-major, y: [m × n] fp32 row-major, fully written. Needs no memory. */
 void tj_reference_linear(const tj_layer *l, const tj_layer_weights *w, const float *x, int64_t m,
                          float *y);
+/* Bias and activation for a whole row-major [m × n] block (reference and host epilogues). */
+void tj_reference_epilogue(const tj_layer *l, const tj_layer_weights *w, float *y, int64_t m);
 /* Activation on one value (shared by reference and host epilogues). */
 float tj_activate(tj_activation a, float v);
 

@@ -1,0 +1,215 @@
+/* Contexts: options, the resolved backend, cache and tuning-log locations, per-thread errors. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "model.h"
+#include "tj_config.h"
+#if TJ_HAVE_LLVM
+#include "backend_cpu.h"
+#endif
+#if TJ_HAVE_CUDA
+#include "backend_cuda.h"
+#endif
+
+/* The last error of this thread, tagged with the context it belongs to. */
+static _Thread_local struct {
+    const tj_context *ctx;
+    char msg[TJ_ERROR_MSG_MAX];
+} last_error;
+
+const char *tj_version(void) { return TJ_VERSION; }
+
+const char *tj_status_string(tj_status s)
+{
+    switch (s) {
+    case TJ_OK: return "ok";
+    case TJ_ERR_INVALID_ARGUMENT: return "invalid argument";
+    case TJ_ERR_IO: return "I/O error";
+    case TJ_ERR_FORMAT: return "bad file format";
+    case TJ_ERR_NOT_FOUND: return "not found";
+    case TJ_ERR_OUT_OF_MEMORY: return "out of memory";
+    case TJ_ERR_UNSUPPORTED: return "unsupported";
+    case TJ_ERR_COMPILE: return "compile error";
+    case TJ_ERR_DEVICE: return "device error";
+    default: return "internal error";
+    }
+}
+
+const char *tj_backend_name(tj_backend b)
+{
+    switch (b) {
+    case TJ_BACKEND_REFERENCE: return "reference";
+    case TJ_BACKEND_CPU: return "cpu";
+    case TJ_BACKEND_CUDA: return "cuda";
+    default: return "auto";
+    }
+}
+
+double tj_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+tj_options tj_options_default(void)
+{
+    tj_options o;
+    memset(&o, 0, sizeof o);
+    o.backend = TJ_BACKEND_AUTO;
+    return o;
+}
+
+tj_status tj_context_set_error(const tj_context *c, const tj_error *err)
+{
+    last_error.ctx = c;
+    snprintf(last_error.msg, sizeof last_error.msg, "%s", err->msg);
+    return err->status;
+}
+
+const char *tj_context_error(const tj_context *c)
+{
+    return c && last_error.ctx == c ? last_error.msg : "";
+}
+
+void tj_context_note(tj_context *c, const char *fmt, ...)
+{
+    if (!c->opt.verbose) return;
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    pthread_mutex_lock(&c->lock);
+    tj_sb_printf(&c->log, "%s\n", line);
+    pthread_mutex_unlock(&c->lock);
+}
+
+const char *tj_context_log(const tj_context *c) { return c && c->log.data ? c->log.data : ""; }
+tj_backend tj_context_backend(const tj_context *c) { return c ? c->backend : TJ_BACKEND_AUTO; }
+
+static char *cache_dir_default(void)
+{
+    const char *env = getenv("TILEJIT_CACHE_DIR");
+    char buf[4096];
+    if (env && *env) return strdup(env);
+    env = getenv("XDG_CACHE_HOME");
+    if (env && *env) {
+        snprintf(buf, sizeof buf, "%s/tilejit", env);
+        return strdup(buf);
+    }
+    env = getenv("HOME");
+    if (env && *env) {
+        snprintf(buf, sizeof buf, "%s/.cache/tilejit", env);
+        return strdup(buf);
+    }
+    return NULL; /* nowhere to cache: the cache layer then works without one */
+}
+
+static const tj_backend_ops *ops_for(tj_backend b)
+{
+    switch (b) {
+    case TJ_BACKEND_REFERENCE: return &tj_backend_reference_ops;
+#if TJ_HAVE_LLVM
+    case TJ_BACKEND_CPU: return &tj_backend_cpu_ops;
+#endif
+#if TJ_HAVE_CUDA
+    case TJ_BACKEND_CUDA: return &tj_backend_cuda_ops;
+#endif
+    default: return NULL;
+    }
+}
+
+static tj_status resolve_backend(tj_context *c, tj_error *err)
+{
+    if (c->opt.backend != TJ_BACKEND_AUTO) {
+        const tj_backend_ops *ops = ops_for(c->opt.backend);
+        if (!ops)
+            return tj_fail(err, TJ_ERR_UNSUPPORTED, "backend '%s' is not built into this tilejit (%s)",
+                           tj_backend_name(c->opt.backend),
+                           c->opt.backend == TJ_BACKEND_CPU ? "configured without LLVM 19"
+                                                            : "configured without the CUDA toolkit");
+        TJ_TRY(ops->available(c, err));
+        c->backend = c->opt.backend;
+        c->ops = ops;
+        return TJ_OK;
+    }
+    static const tj_backend order[] = {TJ_BACKEND_CUDA, TJ_BACKEND_CPU, TJ_BACKEND_REFERENCE};
+    for (size_t i = 0; i < sizeof order / sizeof *order; i++) {
+        const tj_backend_ops *ops = ops_for(order[i]);
+        if (!ops) {
+            tj_context_note(c, "auto: backend %s not built in", tj_backend_name(order[i]));
+            continue;
+        }
+        tj_error why;
+        tj_error_clear(&why);
+        if (ops->available(c, &why) != TJ_OK) {
+            tj_context_note(c, "auto: backend %s unavailable: %s", tj_backend_name(order[i]), why.msg);
+            continue;
+        }
+        c->backend = order[i];
+        c->ops = ops;
+        tj_context_note(c, "auto: using backend %s", tj_backend_name(order[i]));
+        return TJ_OK;
+    }
+    return tj_fail(err, TJ_ERR_INTERNAL, "no backend available");
+}
+
+tj_status tj_context_create(const tj_options *opt, tj_context **out)
+{
+    if (!out) return TJ_ERR_INVALID_ARGUMENT;
+    *out = NULL;
+    tj_context *c = calloc(1, sizeof *c);
+    if (!c) return TJ_ERR_OUT_OF_MEMORY;
+    tj_error err;
+    tj_error_clear(&err);
+    c->opt = opt ? *opt : tj_options_default();
+    pthread_mutex_init(&c->lock, NULL);
+    tj_sb_init(&c->log);
+    tj_status s = TJ_OK;
+    if (c->opt.threads < 0) {
+        s = tj_fail(&err, TJ_ERR_INVALID_ARGUMENT, "threads must be >= 0 (got %d)", c->opt.threads);
+        goto fail;
+    }
+    c->cache_dir = c->opt.cache_dir ? strdup(c->opt.cache_dir) : cache_dir_default();
+    const char *log = c->opt.tuning_log ? c->opt.tuning_log : getenv("TILEJIT_TUNING_LOG");
+    if (log && *log && !(c->tuning_log = strdup(log))) {
+        s = tj_fail(&err, TJ_ERR_OUT_OF_MEMORY, "out of memory");
+        goto fail;
+    }
+    c->opt.cache_dir = c->cache_dir;
+    c->opt.tuning_log = c->tuning_log;
+    s = resolve_backend(c, &err);
+    if (s != TJ_OK) goto fail;
+    *out = c;
+    return TJ_OK;
+fail:
+    /* No context to hang the message on: keep it for the thread with a NULL tag, readable
+     * through tj_context_error(NULL)'s sibling tj_last_error(). */
+    last_error.ctx = NULL;
+    snprintf(last_error.msg, sizeof last_error.msg, "%s", err.msg);
+    tj_context_destroy(c);
+    return s;
+}
+
+const char *tj_last_error(void) { return last_error.msg; }
+
+void tj_context_destroy(tj_context *c)
+{
+    if (!c) return;
+#if TJ_HAVE_LLVM
+    tj_cpu_context_release(c);
+#endif
+#if TJ_HAVE_CUDA
+    tj_cuda_context_release(c);
+#endif
+    tj_sb_free(&c->log);
+    pthread_mutex_destroy(&c->lock);
+    free(c->cache_dir);
+    free(c->tuning_log);
+    if (last_error.ctx == c) last_error.ctx = NULL;
+    free(c);
+}

@@ -1,0 +1,288 @@
+/* Models: pattern + mapped weights + the context's backend. Checks every tensor a caller hands
+ * over, converts host tensors for host backends, and dispatches one layer. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model.h"
+
+static tj_status bind_weights(tj_model *m, const char *wpath, tj_error *err)
+{
+    const tj_pattern *p = m->pattern;
+    m->lw = calloc((size_t)(p->nlayers ? p->nlayers : 1), sizeof *m->lw);
+    if (!m->lw) return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory");
+    for (int64_t i = 0; i < p->nlayers; i++) {
+        const tj_layer *l = &p->layers[i];
+        char name[1024];
+        snprintf(name, sizeof name, "%s.weight", l->name);
+        const tj_st_tensor *t = tj_st_find(m->weights, name);
+        if (!t)
+            return tj_fail(err, TJ_ERR_NOT_FOUND, "%s: tensor '%s' not found (needed by layer '%s')", wpath, name, l->name);
+        if (!t->dtype_ok)
+            return tj_fail(err, TJ_ERR_FORMAT, "%s: tensor '%s': dtype %s is not supported (expected F32, F16 or BF16)",
+                           wpath, name, t->dtype_str);
+        if (t->ndim != 2 || t->shape[0] != l->n || t->shape[1] != l->k)
+            return tj_fail(err, TJ_ERR_FORMAT, "%s: tensor '%s': shape %s%lld%s%lld%s does not match the pattern's [n = %lld, k = %lld]",
+                           wpath, name, "[", (long long)(t->ndim > 0 ? t->shape[0] : 0),
+                           t->ndim > 1 ? ", " : "", (long long)(t->ndim > 1 ? t->shape[1] : 0),
+                           t->ndim > 2 ? ", ...]" : "]", (long long)l->n, (long long)l->k);
+        m->lw[i].w = t->data;
+        m->lw[i].wdt = t->dtype;
+        snprintf(name, sizeof name, "%s.bias", l->name);
+        t = tj_st_find(m->weights, name);
+        if (t) {
+            if (!t->dtype_ok)
+                return tj_fail(err, TJ_ERR_FORMAT, "%s: tensor '%s': dtype %s is not supported (expected F32, F16 or BF16)",
+                               wpath, name, t->dtype_str);
+            if (t->ndim != 1 || t->shape[0] != l->n)
+                return tj_fail(err, TJ_ERR_FORMAT, "%s: tensor '%s': expected shape [%lld]", wpath, name, (long long)l->n);
+            m->lw[i].bias = t->data;
+            m->lw[i].bdt = t->dtype;
+        }
+    }
+    return TJ_OK;
+}
+
+tj_status tj_model_load(tj_context *c, const char *pattern_path, const char *weights_path,
+                        tj_model **out)
+{
+    tj_error err;
+    tj_error_clear(&err);
+    if (!out) return TJ_ERR_INVALID_ARGUMENT;
+    *out = NULL;
+    if (!c || !pattern_path || !weights_path) {
+        tj_fail(&err, TJ_ERR_INVALID_ARGUMENT, "tj_model_load: NULL argument");
+        return c ? tj_context_set_error(c, &err) : err.status;
+    }
+    tj_model *m = calloc(1, sizeof *m);
+    if (!m) return tj_context_set_error(c, &(tj_error){TJ_ERR_OUT_OF_MEMORY, "out of memory"});
+    m->ctx = c;
+    m->ops = c->ops;
+    tj_status s = tj_pattern_load(pattern_path, &m->pattern, &err);
+    if (s == TJ_OK) s = tj_st_open(weights_path, &m->weights, &err);
+    if (s == TJ_OK) s = bind_weights(m, weights_path, &err);
+    if (s == TJ_OK) {
+        double t0 = tj_now();
+        s = m->ops->load(m, &err);
+        m->load_seconds = tj_now() - t0;
+        if (s != TJ_OK) m->ops->unload(m);
+    }
+    if (s != TJ_OK) {
+        m->ops = NULL; /* already unloaded, or never loaded */
+        tj_model_destroy(m);
+        return tj_context_set_error(c, &err);
+    }
+    tj_context_note(c, "loaded %lld layers on backend %s in %.3f s", (long long)m->pattern->nlayers,
+                    m->ops->name, m->load_seconds);
+    *out = m;
+    return TJ_OK;
+}
+
+void tj_model_destroy(tj_model *m)
+{
+    if (!m) return;
+    if (m->ops) m->ops->unload(m);
+    free(m->lw);
+    tj_st_close(m->weights);
+    tj_pattern_destroy(m->pattern);
+    free(m);
+}
+
+int64_t tj_model_layer_count(const tj_model *m) { return m ? m->pattern->nlayers : 0; }
+double tj_model_load_seconds(const tj_model *m) { return m ? m->load_seconds : 0; }
+
+tj_status tj_model_find_layer(const tj_model *m, const char *name, int64_t *out_index)
+{
+    if (!m || !name || !out_index) return TJ_ERR_INVALID_ARGUMENT;
+    for (int64_t i = 0; i < m->pattern->nlayers; i++)
+        if (strcmp(m->pattern->layers[i].name, name) == 0) {
+            *out_index = i;
+            return TJ_OK;
+        }
+    tj_error err;
+    tj_fail(&err, TJ_ERR_NOT_FOUND, "no layer named '%s' in the model", name);
+    return tj_context_set_error(m->ctx, &err);
+}
+
+tj_status tj_model_layer_info(const tj_model *m, int64_t index, tj_layer_info *out)
+{
+    if (!m || !out || index < 0 || index >= m->pattern->nlayers) return TJ_ERR_INVALID_ARGUMENT;
+    const tj_layer *l = &m->pattern->layers[index];
+    out->name = l->name;
+    out->n = l->n;
+    out->k = l->k;
+    out->g = l->g;
+    out->kept_cols = l->ncols;
+    out->tiles = l->ntiles;
+    out->kept_weights = tj_layer_kept(l);
+    out->ew_nnz = l->ew_nnz;
+    out->activation = l->act;
+    out->has_bias = m->lw[index].bias != NULL;
+    out->pattern_hash = l->hash;
+    return TJ_OK;
+}
+
+/* --- host tensors ------------------------------------------------------------------------- */
+
+static int dl_dtype(const DLTensor *t, tj_dtype *out)
+{
+    if (t->dtype.lanes != 1) return 0;
+    if (t->dtype.code == kDLFloat && t->dtype.bits == 32) *out = TJ_F32;
+    else if (t->dtype.code == kDLFloat && t->dtype.bits == 16) *out = TJ_F16;
+    else if (t->dtype.code == kDLBfloat && t->dtype.bits == 16) *out = TJ_BF16;
+    else return 0;
+    return 1;
+}
+
+/* Element strides of a 2-D tensor (compact row-major when strides is NULL). */
+static void strides_of(const DLTensor *t, int64_t st[2])
+{
+    if (t->strides) {
+        st[0] = t->strides[0];
+        st[1] = t->strides[1];
+    } else {
+        st[0] = t->shape[1];
+        st[1] = 1;
+    }
+}
+
+static int is_host(const DLTensor *t)
+{
+    return t->device.device_type == kDLCPU || t->device.device_type == kDLCUDAHost;
+}
+
+static tj_status check_tensor(const DLTensor *t, const char *what, int64_t r, int64_t c, int out,
+                              tj_error *err)
+{
+    tj_dtype d = TJ_F32;
+    if (!t || !t->data) return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "%s: NULL tensor or data", what);
+    if (t->ndim != 2) return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "%s: expected a 2-D tensor, got %d-D", what, t->ndim);
+    if (!dl_dtype(t, &d) || (out && d == TJ_BF16))
+        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "%s: unsupported dtype (code %d, %d bits, %d lanes); expected float32%s",
+                       what, t->dtype.code, t->dtype.bits, t->dtype.lanes, out ? " or float16" : ", float16 or bfloat16");
+    if (t->shape[0] != r || t->shape[1] != c)
+        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "%s: shape [%lld, %lld], expected [%lld, %lld]", what,
+                       (long long)t->shape[0], (long long)t->shape[1], (long long)r, (long long)c);
+    return TJ_OK;
+}
+
+/* Copies a host tensor (any supported dtype and strides) into contiguous fp32 row-major
+ * [rows × cols]; transposed when the tensor is [cols × rows] (feature-major). */
+static void gather_f32(const DLTensor *t, int transposed, int64_t rows, int64_t cols, float *dst)
+{
+    tj_dtype d = TJ_F32;
+    dl_dtype(t, &d);
+    int64_t st[2];
+    strides_of(t, st);
+    const char *base = (const char *)t->data + t->byte_offset;
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < cols; j++) {
+            int64_t e = transposed ? j * st[0] + i * st[1] : i * st[0] + j * st[1];
+            dst[i * cols + j] = tj_load_f32(base, d, e);
+        }
+}
+
+static void scatter_f32(const float *src, int transposed, int64_t rows, int64_t cols, DLTensor *t)
+{
+    tj_dtype d = TJ_F32;
+    dl_dtype(t, &d);
+    int64_t st[2];
+    strides_of(t, st);
+    char *base = (char *)t->data + t->byte_offset;
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < cols; j++) {
+            int64_t e = transposed ? j * st[0] + i * st[1] : i * st[0] + j * st[1];
+            float v = src[i * cols + j];
+            if (d == TJ_F32) memcpy(base + 4 * e, &v, 4);
+            else {
+                uint16_t h = tj_f32_to_f16(v);
+                memcpy(base + 2 * e, &h, 2);
+            }
+        }
+}
+
+static int direct_f32(const DLTensor *t, int transposed)
+{
+    tj_dtype d = TJ_F32;
+    int64_t st[2];
+    strides_of(t, st);
+    return !transposed && dl_dtype(t, &d) && d == TJ_F32 && st[1] == 1 && st[0] == t->shape[1];
+}
+
+static tj_status linear_host(tj_model *m, int64_t layer, tj_linear_args *a, tj_error *err)
+{
+    const tj_layer *l = &m->pattern->layers[layer];
+    int fm = a->layout == TJ_LAYOUT_FEATURE_MAJOR;
+    if (!is_host(a->x) || !is_host(a->y))
+        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "backend %s takes host tensors (kDLCPU)", m->ops->name);
+    float *xbuf = NULL, *ybuf = NULL;
+    int64_t xn, yn;
+    if (!tj_mul_ok(a->m, l->k, &xn) || !tj_mul_ok(a->m, l->n, &yn))
+        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "M = %lld is too large", (long long)a->m);
+    if (direct_f32(a->x, fm)) {
+        a->x32 = (const float *)((const char *)a->x->data + a->x->byte_offset);
+    } else {
+        xbuf = malloc((size_t)(xn ? xn : 1) * sizeof *xbuf);
+        if (!xbuf) return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory converting X");
+        gather_f32(a->x, fm, a->m, l->k, xbuf);
+        a->x32 = xbuf;
+    }
+    int ydirect = direct_f32(a->y, fm);
+    if (ydirect) {
+        a->y32 = (float *)((char *)a->y->data + a->y->byte_offset);
+    } else {
+        ybuf = malloc((size_t)(yn ? yn : 1) * sizeof *ybuf);
+        if (!ybuf) {
+            free(xbuf);
+            return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory for Y");
+        }
+        a->y32 = ybuf;
+    }
+    tj_status s = m->ops->linear(m, layer, a, err);
+    if (s == TJ_OK && !ydirect) scatter_f32(ybuf, fm, a->m, l->n, a->y);
+    free(xbuf);
+    free(ybuf);
+    return s;
+}
+
+tj_status tj_linear_ex(tj_model *m, int64_t layer, const DLTensor *x, DLTensor *y, int layout,
+                       void *stream)
+{
+    if (!m) return TJ_ERR_INVALID_ARGUMENT;
+    tj_error err;
+    tj_error_clear(&err);
+    if (layer < 0 || layer >= m->pattern->nlayers) {
+        tj_fail(&err, TJ_ERR_NOT_FOUND, "layer index %lld out of range [0, %lld)", (long long)layer,
+                (long long)m->pattern->nlayers);
+        return tj_context_set_error(m->ctx, &err);
+    }
+    if (layout != TJ_LAYOUT_ROW_MAJOR && layout != TJ_LAYOUT_FEATURE_MAJOR) {
+        tj_fail(&err, TJ_ERR_INVALID_ARGUMENT, "unknown layout %d", layout);
+        return tj_context_set_error(m->ctx, &err);
+    }
+    const tj_layer *l = &m->pattern->layers[layer];
+    int fm = layout == TJ_LAYOUT_FEATURE_MAJOR;
+    int64_t mm = x && x->ndim == 2 ? x->shape[fm ? 1 : 0] : 0;
+    tj_status s = check_tensor(x, "x", fm ? l->k : mm, fm ? mm : l->k, 0, &err);
+    if (s == TJ_OK) s = check_tensor(y, "y", fm ? l->n : mm, fm ? mm : l->n, 1, &err);
+    if (s != TJ_OK) {
+        tj_error_prefix(&err, "layer '%s'", l->name);
+        return tj_context_set_error(m->ctx, &err);
+    }
+    tj_linear_args a = {.m = mm, .x = x, .y = y, .layout = layout, .stream = stream};
+    if (mm == 0) return TJ_OK;
+    s = m->ops->host_f32 ? linear_host(m, layer, &a, &err) : m->ops->linear(m, layer, &a, &err);
+    if (s != TJ_OK) {
+        tj_error_prefix(&err, "layer '%s'", l->name);
+        return tj_context_set_error(m->ctx, &err);
+    }
+    return TJ_OK;
+}
+
+tj_status tj_linear(tj_model *m, const char *layer, const DLTensor *x, DLTensor *y, void *stream)
+{
+    int64_t idx;
+    if (!m || !layer) return TJ_ERR_INVALID_ARGUMENT;
+    TJ_TRY(tj_model_find_layer(m, layer, &idx));
+    return tj_linear_ex(m, idx, x, y, TJ_LAYOUT_ROW_MAJOR, stream);
+}
