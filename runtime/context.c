@@ -197,6 +197,28 @@ fail:
 
 const char *tj_last_error(void) { return last_error.msg; }
 
+tj_status tj_context_set_config(tj_context *c, const char *json, tj_error *err)
+{
+    char *copy = NULL;
+    if (json && !(copy = strdup(json))) return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory");
+    pthread_mutex_lock(&c->lock);
+    free(c->config_override);
+    c->config_override = copy;
+    pthread_mutex_unlock(&c->lock);
+    return TJ_OK;
+}
+
+const char *tj_context_config_for(tj_context *c, const char *backend, const char *device,
+                                  const char *arch, const tj_layer *l, int64_t m)
+{
+    (void)backend;
+    (void)device;
+    (void)arch;
+    (void)l;
+    (void)m;
+    return c->config_override;
+}
+
 void tj_context_destroy(tj_context *c)
 {
     if (!c) return;
@@ -210,6 +232,7 @@ void tj_context_destroy(tj_context *c)
     pthread_mutex_destroy(&c->lock);
     free(c->cache_dir);
     free(c->tuning_log);
+    free(c->config_override);
     if (last_error.ctx == c) last_error.ctx = NULL;
     free(c);
 }

@@ -60,6 +60,8 @@ struct tj_context {
     const tj_backend_ops *ops;
     pthread_mutex_t lock;       /* guards log and lazily created backend state */
     tj_strbuf log;
+    char *config_override;      /* a config JSON every layer uses (tuner, --config), or NULL */
+    void *tuning;               /* autotune/'s loaded tuning records, or NULL */
     void *cpu;                  /* backend_cpu.c's per-context state (thread pool, JIT) */
     void *cuda;                 /* backend_cuda.c's per-context state (driver, device) */
 };
@@ -87,6 +89,14 @@ void tj_reference_linear(const tj_layer *l, const tj_layer_weights *w, const flo
 void tj_reference_epilogue(const tj_layer *l, const tj_layer_weights *w, float *y, int64_t m);
 /* Activation on one value (shared by reference and host epilogues). */
 float tj_activate(tj_activation a, float v);
+
+/* Forces one config (JSON, backend-specific) on every layer loaded afterwards; NULL clears. */
+tj_status tj_context_set_config(tj_context *c, const char *json, tj_error *err);
+/* The config a backend should use for layer l at batch size m: the override if set, else the
+ * best tuning record (exact device, then arch family), else NULL for the backend's built-in
+ * default. `device`/`arch` name the target as the tuning records do. Borrowed from c. */
+const char *tj_context_config_for(tj_context *c, const char *backend, const char *device,
+                                  const char *arch, const tj_layer *l, int64_t m);
 
 /* Monotonic seconds. */
 double tj_now(void);
