@@ -50,4 +50,13 @@ typedef struct tj_st_out_tensor {
 tj_status tj_st_write(const char *path, const tj_st_out_tensor *tensors, int64_t n,
                       const char *metadata_json, tj_error *err);
 
+/* Streaming writer: like tj_st_write, but a tensor whose data is NULL is produced on demand by
+ * fill(user, index, buf, err), which must write its nbytes into buf (a scratch buffer owned by
+ * the writer and reused from tensor to tensor). Lets the pruner write a large model holding
+ * only one layer's output at a time. The file is written to a temporary name and renamed. */
+typedef tj_status (*tj_st_fill_fn)(void *user, int64_t index, void *buf, tj_error *err);
+tj_status tj_st_write_stream(const char *path, const tj_st_out_tensor *tensors, int64_t n,
+                             const char *metadata_json, tj_st_fill_fn fill, void *user,
+                             tj_error *err);
+
 #endif
