@@ -15,8 +15,12 @@ static const char *help =
 
 static int nonzero(const void *p, tj_dtype d, int64_t i)
 {
-    if (d == TJ_F32) return ((const uint32_t *)p)[i] << 1 != 0; /* ±0 are zero */
-    return (((const uint16_t *)p)[i] & 0x7fff) != 0;
+    if (d == TJ_F32) { /* ±0 are zero; p may be unaligned (mapped weights) */
+        uint32_t u;
+        memcpy(&u, (const char *)p + 4 * i, 4);
+        return u << 1 != 0;
+    }
+    return (tj_load_u16(p, i) & 0x7fff) != 0;
 }
 
 /* Nonzeros of W outside the mask: per kept row, all nonzeros minus those at kept positions. */

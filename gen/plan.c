@@ -98,7 +98,7 @@ void tj_plan_pack_16(const tj_plan *p, const void *w, tj_dtype wdt, tj_dtype out
             for (int64_t r = 0; r < nr; r++) {
                 int64_t i = n * l->k + rows[r];
                 uint16_t v;
-                if (wdt == out) v = ((const uint16_t *)w)[i];
+                if (wdt == out) v = tj_load_u16(w, i); /* w may be unaligned (mapped file) */
                 else {
                     float f = tj_load_f32(w, wdt, i);
                     v = out == TJ_F16 ? tj_f32_to_f16(f) : tj_f32_to_bf16(f);

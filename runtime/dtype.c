@@ -62,11 +62,10 @@ void tj_convert_to_f32(const void *src, tj_dtype d, int64_t n, float *dst)
         memcpy(dst, src, (size_t)n * 4);
         return;
     }
-    const uint16_t *s = src;
-    if (d == TJ_F16)
-        for (int64_t i = 0; i < n; i++) dst[i] = tj_f16_to_f32(s[i]);
+    if (d == TJ_F16) /* src may be unaligned (mapped weights): tj_load_u16 */
+        for (int64_t i = 0; i < n; i++) dst[i] = tj_f16_to_f32(tj_load_u16(src, i));
     else
-        for (int64_t i = 0; i < n; i++) dst[i] = tj_bf16_to_f32(s[i]);
+        for (int64_t i = 0; i < n; i++) dst[i] = tj_bf16_to_f32(tj_load_u16(src, i));
 }
 
 void tj_convert_from_f32(const float *src, int64_t n, tj_dtype d, void *dst)

@@ -30,12 +30,21 @@ static inline uint16_t tj_f32_to_bf16(float f) /* round to nearest even; NaN sta
 float tj_f16_to_f32(uint16_t h);
 uint16_t tj_f32_to_f16(float f); /* round to nearest even, overflow to inf */
 
-/* Element i of a typed array as fp32. */
+/* Element i of a 16-bit array. Weights in a safetensors file may sit at any byte offset (an
+ * unpadded header), so typed loads go through memcpy (one plain load on x86). */
+static inline uint16_t tj_load_u16(const void *p, int64_t i)
+{
+    uint16_t h;
+    memcpy(&h, (const char *)p + 2 * i, 2);
+    return h;
+}
+
+/* Element i of a typed array as fp32 (p need not be aligned). */
 static inline float tj_load_f32(const void *p, tj_dtype d, int64_t i)
 {
     switch (d) {
-    case TJ_F16: return tj_f16_to_f32(((const uint16_t *)p)[i]);
-    case TJ_BF16: return tj_bf16_to_f32(((const uint16_t *)p)[i]);
+    case TJ_F16: return tj_f16_to_f32(tj_load_u16(p, i));
+    case TJ_BF16: return tj_bf16_to_f32(tj_load_u16(p, i));
     default: {
         float f;
         memcpy(&f, (const char *)p + 4 * i, 4);
