@@ -39,5 +39,6 @@ int cli_parse_backend(const char *cmd, const char *s, tj_backend *out);
 
 int cmd_inspect(int argc, char **argv);
 int cmd_run(int argc, char **argv);
+int cmd_model(int argc, char **argv);
 
 #endif

@@ -10,6 +10,7 @@
 static const tj_cmd commands[] = {
     {"inspect", "per-layer shape, tiles, density and FLOP reduction of a pattern", cmd_inspect},
     {"run", "run one layer on a .npy input and write Y as .npy", cmd_run},
+    {"model", "run every layer of a model: check against the reference, time against dense", cmd_model},
 };
 
 static void usage(FILE *f)

@@ -1,0 +1,262 @@
+"""Tests of the Python binding: layers, linear() on NumPy arrays and DLPack producers against a
+float64 NumPy computation of DESIGN.md §1's semantics, errors as exceptions. Exit 77 (skip)
+without NumPy. Run: TILEJIT_LIBRARY=build/libtilejit.so python3 python/tests/test_tilejit.py"""
+import json
+import math
+import os
+import sys
+import tempfile
+import threading
+import unittest
+
+try:
+    import numpy as np
+except ImportError:
+    print("numpy is not installed: skipping (scripts/install-deps installs it)")
+    sys.exit(77)
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import tilejit  # noqa: E402
+from tilejit import safetensors  # noqa: E402
+
+BACKEND = os.environ.get("TJ_PY_BACKEND", "auto")
+
+
+def random_layer(rng, name, n, k, g, sparsity, cols_frac=1.0, ew=0.0, act="none"):
+    """A random TW pattern entry and its dense mask."""
+    ncols = max(1, int(round(n * cols_frac)))
+    cols = np.sort(rng.choice(n, ncols, replace=False)) if ncols < n else np.arange(n)
+    mask = np.zeros((n, k), dtype=bool)
+    tiles = []
+    for t in range(0, ncols, g):
+        keep = max(0, int(round(k * (1 - sparsity))))
+        rows = np.sort(rng.choice(k, keep, replace=False))
+        tiles.append(rows.tolist())
+        for c in cols[t:t + g]:
+            mask[c, rows] = True
+    entry = {"name": name, "n": n, "k": k, "g": g, "tiles": tiles, "activation": act}
+    if ncols < n:
+        entry["cols"] = cols.tolist()
+    if ew > 0:
+        free = np.argwhere(~mask)
+        pick = free[rng.choice(len(free), int(ew * n * k), replace=False)]
+        pick = pick[np.lexsort((pick[:, 1], pick[:, 0]))]
+        indptr = np.zeros(n + 1, dtype=np.int64)
+        for r, _ in pick:
+            indptr[r + 1] += 1
+        entry["ew"] = {"indptr": np.cumsum(indptr).tolist(), "indices": pick[:, 1].tolist()}
+        mask[pick[:, 0], pick[:, 1]] = True
+    return entry, mask
+
+
+def expected(x, w, mask, bias, act):
+    y = x.astype(np.float64) @ (w.astype(np.float64) * mask).T
+    if bias is not None:
+        y += bias.astype(np.float64)
+    if act == "relu":
+        y = np.maximum(y, 0)
+    elif act == "gelu":
+        y = 0.5 * y * (1 + np.vectorize(math.erf)(y / math.sqrt(2)))
+    return y
+
+
+def relerr(a, b):
+    return float(np.linalg.norm(np.asarray(a, np.float64) - b) / max(np.linalg.norm(b), 1e-30))
+
+
+class Producer:
+    """A DLPack producer that is not NumPy: only __dlpack__ / __dlpack_device__."""
+
+    def __init__(self, a):
+        self.a = a
+
+    def __dlpack__(self, stream=None):
+        return self.a.__dlpack__()
+
+    def __dlpack_device__(self):
+        return self.a.__dlpack_device__()
+
+
+class Wrapped(Producer):
+    """A producer with an array-API namespace whose from_dlpack makes another Wrapped."""
+
+    def __array_namespace__(self):
+        return WrappedNamespace
+
+
+class WrappedNamespace:
+    @staticmethod
+    def from_dlpack(obj):
+        return Wrapped(np.from_dlpack(obj))
+
+
+class Binding(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        rng = np.random.default_rng(7)
+        specs = [
+            ("enc.q", 96, 64, 32, 0.5, 1.0, 0.0, "none", True, "F32"),
+            ("enc.ffn_in", 160, 64, 32, 0.75, 0.5, 0.0, "gelu", True, "F32"),
+            ("enc.ffn_out", 64, 160, 16, 0.6, 1.0, 0.02, "relu", False, "F16"),
+            ("enc.empty", 40, 24, 16, 1.0, 1.0, 0.0, "none", True, "F32"),
+        ]
+        layers, tensors, cls.ref = [], {}, {}
+        for name, n, k, g, s, cf, ew, act, has_bias, dt in specs:
+            entry, mask = random_layer(rng, name, n, k, g, s, cf, ew, act)
+            layers.append(entry)
+            w = rng.standard_normal((n, k)).astype(np.float32)
+            b = rng.standard_normal(n).astype(np.float32) if has_bias else None
+            tensors[name + ".weight"] = w.astype(np.float16) if dt == "F16" else w
+            if b is not None:
+                tensors[name + ".bias"] = b
+            cls.ref[name] = (tensors[name + ".weight"].astype(np.float32), mask, b, act)
+        tensors["embeddings.position_ids"] = np.arange(8, dtype=np.int64).reshape(1, 8)
+        cls.pattern = os.path.join(cls.tmp.name, "p.json")
+        cls.weights = os.path.join(cls.tmp.name, "w.safetensors")
+        with open(cls.pattern, "w") as f:
+            json.dump({"format": "tilejit-pattern", "version": 1, "layers": layers}, f)
+        safetensors.save(cls.weights, tensors)
+        cls.model = tilejit.load(cls.pattern, cls.weights, backend=BACKEND,
+                                 cache_dir=os.path.join(cls.tmp.name, "cache"))
+        cls.bound = 2e-3 if cls.model.backend == "cuda" else 1e-5
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.model.close()
+        cls.tmp.cleanup()
+
+    def check(self, name, x, y):
+        w, mask, b, act = self.ref[name]
+        want = expected(np.asarray(x, np.float32), w, mask, b, act)
+        self.assertEqual(np.asarray(y).shape, want.shape)
+        self.assertTrue(np.all(np.isfinite(np.asarray(y))))
+        self.assertLessEqual(relerr(y, want), self.bound, name)
+
+    def test_layers(self):
+        m = self.model
+        self.assertEqual(len(m), 4)
+        self.assertEqual([l.name for l in m.layers], ["enc.q", "enc.ffn_in", "enc.ffn_out", "enc.empty"])
+        l = m.layer("enc.ffn_in")
+        self.assertEqual((l.index, l.n, l.k, l.g, l.kept_cols, l.tiles, l.activation, l.has_bias),
+                         (1, 160, 64, 32, 80, 3, "gelu", True))
+        self.assertEqual(l.kept_weights, int(self.ref["enc.ffn_in"][1].sum()))
+        self.assertAlmostEqual(l.density, self.ref["enc.ffn_in"][1].mean())
+        self.assertGreater(m.layer(2).ew_nnz, 0)
+        self.assertFalse(m.layer(2).has_bias)
+        self.assertEqual(m.layer(-1).name, "enc.empty")
+        self.assertIn(m.backend, ("reference", "cpu", "cuda"))
+        self.assertGreaterEqual(m.load_seconds, 0)
+        self.assertTrue(tilejit.version())
+
+    def test_numpy_all_layers(self):
+        rng = np.random.default_rng(1)
+        for l in self.model.layers:
+            for mm in (1, 7, 33):
+                x = rng.uniform(-1, 1, (mm, l.k)).astype(np.float32)
+                y = self.model.linear(l.name, x)
+                self.assertIsInstance(y, np.ndarray)
+                self.assertEqual(y.dtype, np.float32)
+                self.check(l.name, x, y)
+                y2 = self.model.linear(l.index, x)
+                np.testing.assert_array_equal(y, y2)
+
+    def test_pruned_output_is_bias(self):
+        x = np.random.default_rng(2).uniform(-1, 1, (5, 24)).astype(np.float32)
+        y = self.model.linear("enc.empty", x)
+        np.testing.assert_allclose(y, np.broadcast_to(self.ref["enc.empty"][2], y.shape), rtol=0, atol=0)
+
+    def test_dtypes_and_strides(self):
+        rng = np.random.default_rng(3)
+        base = rng.uniform(-1, 1, (64, 30)).astype(np.float32)
+        xt = base.T  # [30 × 64] non-contiguous view
+        self.check("enc.q", xt, self.model.linear("enc.q", xt))
+        x16 = rng.uniform(-1, 1, (9, 64)).astype(np.float16)
+        self.check("enc.q", x16.astype(np.float32), self.model.linear("enc.q", x16))
+        x64 = rng.uniform(-1, 1, (9, 64))
+        self.check("enc.q", x64.astype(np.float32), self.model.linear("enc.q", x64))
+        xs = rng.uniform(-1, 1, (20, 128)).astype(np.float32)[::2, ::2]  # both strides > 1
+        self.check("enc.q", xs, self.model.linear("enc.q", xs))
+
+    def test_out_argument(self):
+        x = np.random.default_rng(4).uniform(-1, 1, (6, 64)).astype(np.float32)
+        out = np.full((6, 96), np.nan, dtype=np.float32)
+        r = self.model.linear("enc.q", x, out=out)
+        self.assertIs(r, out)
+        self.check("enc.q", x, out)
+        with self.assertRaises(tilejit.TilejitError) as cm:
+            self.model.linear("enc.q", x, out=np.empty((6, 95), np.float32))
+        self.assertEqual(cm.exception.status_name, "invalid argument")
+        self.assertIn("shape", str(cm.exception))
+
+    def test_dlpack_producer(self):
+        x = np.random.default_rng(5).uniform(-1, 1, (11, 64)).astype(np.float32)
+        y = self.model.linear("enc.ffn_in", Producer(x))  # no namespace: NumPy comes back
+        self.assertIsInstance(y, np.ndarray)
+        self.check("enc.ffn_in", x, y)
+        w = self.model.linear("enc.ffn_in", Wrapped(x))  # same kind as the input
+        self.assertIsInstance(w, Wrapped)
+        self.check("enc.ffn_in", x, w.a)
+        xt = np.ascontiguousarray(x.T).T  # a strided tensor through the capsule
+        self.check("enc.ffn_in", x, self.model.linear("enc.ffn_in", Producer(xt)))
+        out = np.empty((11, 160), np.float32)
+        self.model.linear("enc.ffn_in", Producer(x), out=Producer(out))
+        self.check("enc.ffn_in", x, out)
+
+    def test_dlpack_roundtrip_numpy(self):
+        x = np.random.default_rng(6).uniform(-1, 1, (4, 160)).astype(np.float32)
+        y = np.from_dlpack(self.model.linear("enc.ffn_out", Producer(x)))
+        self.check("enc.ffn_out", x, y)
+
+    def test_threads(self):
+        rng = np.random.default_rng(8)
+        xs = [rng.uniform(-1, 1, (17, 64)).astype(np.float32) for _ in range(8)]
+        ys = [None] * len(xs)
+
+        def work(i):
+            for _ in range(5):
+                ys[i] = self.model.linear("enc.ffn_in", xs[i])
+
+        th = [threading.Thread(target=work, args=(i,)) for i in range(len(xs))]
+        for t in th:
+            t.start()
+        for t in th:
+            t.join()
+        for x, y in zip(xs, ys):
+            self.check("enc.ffn_in", x, y)
+
+    def test_errors(self):
+        m = self.model
+        with self.assertRaises(tilejit.TilejitError) as cm:
+            m.linear("no.such.layer", np.zeros((2, 64), np.float32))
+        self.assertEqual(cm.exception.status_name, "not found")
+        with self.assertRaises(tilejit.TilejitError) as cm:
+            m.linear("enc.q", np.zeros((2, 63), np.float32))
+        self.assertIn("k = 64", str(cm.exception))
+        with self.assertRaises(ValueError):
+            m.linear("enc.q", np.zeros((2, 3, 64), np.float32))
+        with self.assertRaises(tilejit.TilejitError):
+            m.linear(99, np.zeros((2, 64), np.float32))
+        with self.assertRaises(tilejit.TilejitError) as cm:
+            tilejit.load(self.pattern + ".missing", self.weights, backend="reference")
+        self.assertIn(".missing", str(cm.exception))
+        bad = os.path.join(self.tmp.name, "bad.json")
+        with open(bad, "w") as f:
+            f.write('{"format": "tilejit-pattern", "version": 1, "layers": [{"name": "x"}]}')
+        with self.assertRaises(tilejit.TilejitError) as cm:
+            tilejit.load(bad, self.weights, backend="reference")
+        self.assertEqual(cm.exception.status_name, "bad file format")
+        with self.assertRaises(ValueError):
+            tilejit.load(self.pattern, self.weights, backend="tpu")
+
+    def test_reference_backend_agrees(self):
+        with tilejit.load(self.pattern, self.weights, backend="reference") as ref:
+            self.assertEqual(ref.backend, "reference")
+            x = np.random.default_rng(9).uniform(-1, 1, (13, 160)).astype(np.float32)
+            self.check("enc.ffn_out", x, ref.linear("enc.ffn_out", x))
+            np.testing.assert_allclose(ref.linear("enc.ffn_out", x), self.model.linear("enc.ffn_out", x),
+                                       rtol=0, atol=1e-4 if self.model.backend != "cuda" else 5e-2)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

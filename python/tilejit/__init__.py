@@ -1,0 +1,301 @@
+"""tilejit: tile-wise sparse linear layers, generated per layer and JIT-compiled (Python binding).
+
+    import numpy as np, tilejit
+    model = tilejit.load("model.pattern.json", "model.safetensors", backend="cpu")
+    for layer in model.layers:
+        print(layer.name, layer.n, layer.k, layer.density)
+    y = model.linear("encoder.layer.0.intermediate.dense", np.random.rand(128, 384).astype(np.float32))
+
+`model.linear(layer, x)` computes Y = act(X · (W ⊙ mask)ᵀ + bias) for one layer. x is a 2-D
+NumPy array (float32 or float16; other float dtypes are converted to float32) or any object with
+`__dlpack__` (PyTorch, CuPy, JAX, NumPy ≥ 1.22). The result is float32 [M × n] of the same kind:
+NumPy in, NumPy out; another producer's tensor comes back through that producer's own
+`from_dlpack` (its array-API namespace or its top-level module), else as a NumPy array. Device
+tensors (CUDA) get a device output allocated by the producer and need the cuda backend.
+
+The library is a thin ctypes layer over libtilejit.so (see tilejit._lib for how it is found:
+$TILEJIT_LIBRARY, a meson build folder, or the system library path). Failures raise
+TilejitError carrying the C status and tj_context_error's message.
+"""
+import ctypes
+import sys
+from collections import namedtuple
+
+from . import _lib as L
+from ._lib import library
+
+__all__ = ["load", "Model", "Layer", "TilejitError", "version", "library"]
+
+
+class TilejitError(RuntimeError):
+    """A tilejit call failed. .status is the tj_status code, .status_name its name."""
+
+    def __init__(self, status, message):
+        self.status = int(status)
+        self.status_name = L.STATUS_NAMES[status] if 0 <= status < len(L.STATUS_NAMES) else "status %d" % status
+        super().__init__(message or self.status_name)
+
+
+Layer = namedtuple("Layer", "index name n k g kept_cols tiles kept_weights ew_nnz activation has_bias "
+                            "pattern_hash density")
+
+
+def version():
+    return library().tj_version().decode()
+
+
+def load(pattern, weights, backend="auto", tuning_log=None, threads=0, cache_dir=None, device=0,
+         verbose=False):
+    """Loads a pattern (JSON) and its weights (safetensors) and prepares every layer on a backend
+    ("auto", "cpu", "cuda" or "reference"). Returns a Model."""
+    return Model(pattern, weights, backend=backend, tuning_log=tuning_log, threads=threads,
+                 cache_dir=cache_dir, device=device, verbose=verbose)
+
+
+def _enc(s):
+    return None if s is None else str(s).encode()
+
+
+class _Tensor:
+    """A DLTensor plus whatever keeps its memory and shape arrays alive during a call."""
+
+    def __init__(self, t, keep, device_type):
+        self.t, self.keep, self.device_type = t, keep, device_type
+
+
+def _numpy():
+    import numpy
+    return numpy
+
+
+def _is_numpy(a):
+    np = sys.modules.get("numpy")
+    return np is not None and isinstance(a, np.ndarray)
+
+
+def _from_numpy(a, writable):
+    np = _numpy()
+    if a.ndim != 2:
+        raise ValueError("tilejit: expected a 2-D array, got %d-D" % a.ndim)
+    if a.dtype not in (np.float32, np.float16) or not a.dtype.isnative:
+        if writable:
+            raise TypeError("tilejit: output must be a native float32 or float16 array, got %s" % a.dtype)
+        a = np.ascontiguousarray(a, dtype=np.float32)
+    if writable and not a.flags.writeable:
+        raise ValueError("tilejit: output array is read-only")
+    item = a.itemsize
+    if any(s % item for s in a.strides):
+        a = np.ascontiguousarray(a)
+    shape = (ctypes.c_int64 * 2)(*a.shape)
+    strides = (ctypes.c_int64 * 2)(*(s // item for s in a.strides))
+    t = L.DLTensor()
+    t.data = a.ctypes.data if a.size else (a.ctypes.data or 1)
+    t.device = L.DLDevice(L.kDLCPU, 0)
+    t.ndim = 2
+    t.dtype = L.DLDataType(L.kDLFloat, 8 * item, 1)
+    t.shape = shape
+    t.strides = strides
+    t.byte_offset = 0
+    return _Tensor(t, (a, shape, strides), L.kDLCPU)
+
+
+_capsule_get = ctypes.pythonapi.PyCapsule_GetPointer
+_capsule_get.restype = ctypes.c_void_p
+_capsule_get.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_capsule_valid = ctypes.pythonapi.PyCapsule_IsValid
+_capsule_valid.restype = ctypes.c_int
+_capsule_valid.argtypes = [ctypes.py_object, ctypes.c_char_p]
+
+
+def _from_dlpack(obj, stream=None):
+    """Borrows obj's memory through its DLPack capsule. The capsule is not consumed: it stays
+    alive for the call and its destructor runs the producer's deleter afterwards."""
+    try:
+        cap = obj.__dlpack__(stream=stream) if stream is not None else obj.__dlpack__()
+    except TypeError:
+        cap = obj.__dlpack__()
+    if not _capsule_valid(cap, b"dltensor"):
+        raise TypeError("tilejit: __dlpack__ did not return a 'dltensor' capsule")
+    mt = L.DLManagedTensor.from_address(_capsule_get(cap, b"dltensor"))
+    t = mt.dl_tensor
+    if t.ndim != 2:
+        raise ValueError("tilejit: expected a 2-D tensor, got %d-D" % t.ndim)
+    return _Tensor(t, (cap, obj), t.device.device_type)
+
+
+def _producer_module(obj):
+    return sys.modules.get(type(obj).__module__.split(".")[0])
+
+
+def _same_kind(like, y_np):
+    """Hands a NumPy result back as the kind of array `like` is."""
+    ns = getattr(like, "__array_namespace__", None)
+    if ns is not None:
+        try:
+            mod = ns()
+            if hasattr(mod, "from_dlpack"):
+                return mod.from_dlpack(y_np)
+        except Exception:
+            pass
+    mod = _producer_module(like)
+    for f in (getattr(mod, "from_dlpack", None), getattr(getattr(mod, "dlpack", None), "from_dlpack", None)):
+        if f is not None:
+            try:
+                return f(y_np)
+            except Exception:
+                pass
+    return y_np
+
+
+def _device_empty(like, rows, cols):
+    """A float32 [rows × cols] array on like's device, made by like's own library."""
+    ns = getattr(like, "__array_namespace__", None)
+    mod = ns() if ns is not None else _producer_module(like)
+    if mod is None or not hasattr(mod, "empty"):
+        raise TypeError("tilejit: cannot allocate a device output like %s; pass out=" % type(like).__name__)
+    try:
+        return mod.empty((rows, cols), dtype=mod.float32, device=like.device)
+    except TypeError:
+        return mod.empty((rows, cols), dtype=mod.float32)
+
+
+class Model:
+    """A loaded model: a context (backend, threads, caches) and its layers. Thread-safe for
+    concurrent linear() calls; close() (or `with`) frees it."""
+
+    def __init__(self, pattern, weights, backend="auto", tuning_log=None, threads=0, cache_dir=None,
+                 device=0, verbose=False):
+        lib = library()
+        self._lib = lib
+        self._ctx = ctypes.c_void_p()
+        self._model = ctypes.c_void_p()
+        if backend not in L.BACKENDS:
+            raise ValueError("tilejit: unknown backend %r (expected one of %s)" % (backend, ", ".join(L.BACKENDS)))
+        opt = lib.tj_options_default()
+        opt.backend = L.BACKENDS[backend]
+        opt.threads = int(threads)
+        opt.device = int(device)
+        opt.verbose = 1 if verbose else 0
+        keep = (_enc(cache_dir), _enc(tuning_log))
+        opt.cache_dir, opt.tuning_log = keep
+        s = lib.tj_context_create(ctypes.byref(opt), ctypes.byref(self._ctx))
+        if s != L.TJ_OK:
+            raise TilejitError(s, lib.tj_last_error().decode(errors="replace"))
+        s = lib.tj_model_load(self._ctx, _enc(pattern), _enc(weights), ctypes.byref(self._model))
+        if s != L.TJ_OK:
+            err = TilejitError(s, self._error())
+            self.close()
+            raise err
+        self._layers = []
+        for i in range(lib.tj_model_layer_count(self._model)):
+            li = L.LayerInfo()
+            self._check(lib.tj_model_layer_info(self._model, i, ctypes.byref(li)))
+            self._layers.append(Layer(i, li.name.decode(), li.n, li.k, li.g, li.kept_cols, li.tiles,
+                                      li.kept_weights, li.ew_nnz, L.ACTIVATIONS[li.activation],
+                                      bool(li.has_bias), li.pattern_hash, li.kept_weights / max(1, li.n * li.k)))
+        self._index = {l.name: l.index for l in self._layers}
+
+    # --- lifetime ---
+    def close(self):
+        if getattr(self, "_model", None):
+            self._lib.tj_model_destroy(self._model)
+            self._model = None
+        if getattr(self, "_ctx", None):
+            self._lib.tj_context_destroy(self._ctx)
+            self._ctx = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    # --- facts ---
+    @property
+    def backend(self):
+        return self._lib.tj_backend_name(self._lib.tj_context_backend(self._ctx)).decode()
+
+    @property
+    def load_seconds(self):
+        return self._lib.tj_model_load_seconds(self._model)
+
+    @property
+    def log(self):
+        return self._lib.tj_context_log(self._ctx).decode(errors="replace")
+
+    @property
+    def layers(self):
+        """Every layer, in pattern order, as Layer tuples."""
+        return list(self._layers)
+
+    def layer(self, key):
+        return self._layers[self._resolve(key)]
+
+    def __len__(self):
+        return len(self._layers)
+
+    def __repr__(self):
+        return "<tilejit.Model %d layers on %s>" % (len(self._layers), self.backend if self._ctx else "closed")
+
+    # --- running ---
+    def _error(self):
+        return self._lib.tj_context_error(self._ctx).decode(errors="replace")
+
+    def _check(self, s):
+        if s != L.TJ_OK:
+            raise TilejitError(s, self._error())
+
+    def _resolve(self, key):
+        if isinstance(key, str):
+            if key not in self._index:
+                raise TilejitError(4, "no layer named '%s' in the model" % key)
+            return self._index[key]
+        i = int(key)
+        if not -len(self._layers) <= i < len(self._layers):
+            raise TilejitError(4, "layer index %d out of range [0, %d)" % (i, len(self._layers)))
+        return i % len(self._layers)
+
+    def linear(self, layer, x, out=None, stream=None):
+        """Y = act(X · (W ⊙ mask)ᵀ + bias) for one layer (by name or index), row-major.
+        x: [M × k]; returns float32 [M × n] of x's kind (or writes into `out` and returns it)."""
+        if not self._model:
+            raise ValueError("tilejit: model is closed")
+        idx = self._resolve(layer)
+        info = self._layers[idx]
+        is_np = _is_numpy(x) or not hasattr(x, "__dlpack__")
+        if is_np:
+            np = _numpy()
+            xt = _from_numpy(np.asarray(x), writable=False)
+        else:
+            xt = _from_dlpack(x, stream)
+        m = xt.t.shape[0]
+        if xt.t.shape[1] != info.k:
+            raise TilejitError(1, "layer '%s': x has %d columns, the layer has k = %d input features"
+                               % (info.name, xt.t.shape[1], info.k))
+        ret = None
+        if out is not None:
+            yt = _from_numpy(out, writable=True) if _is_numpy(out) else _from_dlpack(out, stream)
+            ret = out
+        elif xt.device_type in (L.kDLCPU, L.kDLCUDAHost):
+            np = _numpy()
+            y = np.empty((m, info.n), dtype=np.float32)
+            yt = _from_numpy(y, writable=True)
+            ret = y if is_np else None
+        else:
+            dev = _device_empty(x, m, info.n)
+            yt = _from_dlpack(dev, stream)
+            ret = dev
+        s = self._lib.tj_linear_ex(self._model, idx, ctypes.byref(xt.t), ctypes.byref(yt.t),
+                                   L.LAYOUT_ROW_MAJOR, ctypes.c_void_p(stream) if stream else None)
+        self._check(s)
+        if ret is None:  # host result for a non-NumPy producer: hand it back as that kind
+            ret = _same_kind(x, y)
+        return ret
+
+    __call__ = linear

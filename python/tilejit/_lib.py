@@ -1,0 +1,148 @@
+"""ctypes declarations of tilejit's public C API (include/tilejit.h) and how the library is found.
+
+Search order for libtilejit.so: $TILEJIT_LIBRARY (a file path), then a meson build folder of the
+source tree this package sits in (../build*/ when imported from python/ in a checkout) or of the
+current directory (./build), then the system's library path (ldconfig, LD_LIBRARY_PATH).
+"""
+import ctypes
+import ctypes.util
+import glob
+import os
+
+# --- DLPack (dlpack.h, the ABI shared by v0.6 and v1.x for DLTensor) ---------------------------
+kDLCPU, kDLCUDA, kDLCUDAHost, kDLCUDAManaged = 1, 2, 3, 13
+kDLInt, kDLUInt, kDLFloat, kDLBfloat = 0, 1, 2, 4
+
+
+class DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int), ("device_id", ctypes.c_int)]
+
+
+class DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class DLTensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device", DLDevice),
+        ("ndim", ctypes.c_int),
+        ("dtype", DLDataType),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    ]
+
+
+class DLManagedTensor(ctypes.Structure):
+    pass
+
+
+DLManagedTensor._fields_ = [
+    ("dl_tensor", DLTensor),
+    ("manager_ctx", ctypes.c_void_p),
+    ("deleter", ctypes.CFUNCTYPE(None, ctypes.POINTER(DLManagedTensor))),
+]
+
+# --- tilejit.h ---------------------------------------------------------------------------------
+TJ_OK = 0
+STATUS_NAMES = ["ok", "invalid argument", "I/O error", "bad file format", "not found", "out of memory",
+                "unsupported", "compile error", "device error", "internal error"]
+BACKENDS = {"auto": 0, "reference": 1, "cpu": 2, "cuda": 3}
+ACTIVATIONS = ["none", "relu", "gelu"]
+LAYOUT_ROW_MAJOR, LAYOUT_FEATURE_MAJOR = 0, 1
+
+
+class Options(ctypes.Structure):
+    _fields_ = [
+        ("backend", ctypes.c_int),
+        ("threads", ctypes.c_int),
+        ("cache_dir", ctypes.c_char_p),
+        ("tuning_log", ctypes.c_char_p),
+        ("device", ctypes.c_int),
+        ("verbose", ctypes.c_int),
+    ]
+
+
+class LayerInfo(ctypes.Structure):
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("n", ctypes.c_int64),
+        ("k", ctypes.c_int64),
+        ("g", ctypes.c_int64),
+        ("kept_cols", ctypes.c_int64),
+        ("tiles", ctypes.c_int64),
+        ("kept_weights", ctypes.c_int64),
+        ("ew_nnz", ctypes.c_int64),
+        ("activation", ctypes.c_int),
+        ("has_bias", ctypes.c_int),
+        ("pattern_hash", ctypes.c_uint64),
+    ]
+
+
+def _candidates():
+    env = os.environ.get("TILEJIT_LIBRARY")
+    if env:
+        yield env
+        return  # an explicit choice is final: never silently load another build
+    here = os.path.dirname(os.path.abspath(__file__))
+    for root in (os.path.dirname(os.path.dirname(here)), os.getcwd()):
+        for d in ["build"] + sorted(glob.glob(os.path.join(root, "build*"))):
+            yield os.path.join(root, d, "libtilejit.so")
+    found = ctypes.util.find_library("tilejit")
+    if found:
+        yield found
+    yield "libtilejit.so"
+    yield "libtilejit.so.0"
+
+
+def _declare(lib):
+    c = ctypes
+    P = c.POINTER
+    sigs = {
+        "tj_version": (c.c_char_p, []),
+        "tj_status_string": (c.c_char_p, [c.c_int]),
+        "tj_backend_name": (c.c_char_p, [c.c_int]),
+        "tj_options_default": (Options, []),
+        "tj_context_create": (c.c_int, [P(Options), P(c.c_void_p)]),
+        "tj_context_destroy": (None, [c.c_void_p]),
+        "tj_last_error": (c.c_char_p, []),
+        "tj_context_error": (c.c_char_p, [c.c_void_p]),
+        "tj_context_backend": (c.c_int, [c.c_void_p]),
+        "tj_context_log": (c.c_char_p, [c.c_void_p]),
+        "tj_model_load": (c.c_int, [c.c_void_p, c.c_char_p, c.c_char_p, P(c.c_void_p)]),
+        "tj_model_destroy": (None, [c.c_void_p]),
+        "tj_model_layer_count": (c.c_int64, [c.c_void_p]),
+        "tj_model_find_layer": (c.c_int, [c.c_void_p, c.c_char_p, P(c.c_int64)]),
+        "tj_model_layer_info": (c.c_int, [c.c_void_p, c.c_int64, P(LayerInfo)]),
+        "tj_model_load_seconds": (c.c_double, [c.c_void_p]),
+        "tj_linear_ex": (c.c_int, [c.c_void_p, c.c_int64, P(DLTensor), P(DLTensor), c.c_int, c.c_void_p]),
+    }
+    for name, (res, args) in sigs.items():
+        f = getattr(lib, name)
+        f.restype = res
+        f.argtypes = args
+    return lib
+
+
+_lib = None
+
+
+def library():
+    """The loaded libtilejit (ctypes.CDLL), loaded on first use."""
+    global _lib
+    if _lib is not None:
+        return _lib
+    tried = []
+    for path in _candidates():
+        if os.sep in path and not os.path.exists(path):
+            tried.append(path + " (absent)")
+            continue
+        try:
+            _lib = _declare(ctypes.CDLL(path))
+            _lib._tilejit_path = path
+            return _lib
+        except OSError as e:
+            tried.append("%s (%s)" % (path, e))
+    raise OSError("tilejit: cannot load libtilejit.so; set TILEJIT_LIBRARY to its path, build it with "
+                  "scripts/build, or install it (meson install). Tried: " + "; ".join(tried))
