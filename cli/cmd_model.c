@@ -219,7 +219,7 @@ int cmd_model(int argc, char **argv)
            tj_backend_name(be), (long long)M, threads ? threads_s : "all");
     printf("load: cold %.3f s, warm %.3f s (backend preparation; %.3f s / %.3f s with parsing and mapping)\n",
            cold, warm, cold_wall, warm_wall);
-    printf("%-44s %6s %6s %8s %9s %11s %10s %8s\n", "layer", "n", "k", "density", "rel.err", "tilejit ms",
+    printf("%-44s %6s %6s %8s %10s %10s %10s %8s\n", "layer", "n", "k", "density", "rel.err", "tilejit ms",
            "dense ms", "speedup");
 
     tj_rng rng = {0x5eed0f7173ull};
