@@ -39,6 +39,11 @@ int cli_parse_backend(const char *cmd, const char *s, tj_backend *out);
 
 int cmd_inspect(int argc, char **argv);
 int cmd_run(int argc, char **argv);
+int cmd_prune(int argc, char **argv);
+int cmd_pattern(int argc, char **argv);
+/* Per-layer density and FLOP reduction table plus totals (cmd_prune.c; prune and pattern). */
+struct tj_pattern;
+void cli_print_pattern_summary(const struct tj_pattern *p);
 int cmd_model(int argc, char **argv);
 
 #endif
