@@ -45,5 +45,7 @@ int cmd_pattern(int argc, char **argv);
 struct tj_pattern;
 void cli_print_pattern_summary(const struct tj_pattern *p);
 int cmd_model(int argc, char **argv);
+int cmd_tune(int argc, char **argv);
+int cmd_tune_measure(int argc, char **argv); /* hidden: one measurement, run by tune */
 
 #endif

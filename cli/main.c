@@ -13,6 +13,8 @@ static const tj_cmd commands[] = {
     {"prune", "prune a checkpoint to a tile-wise pattern (tw1, tw2, tew) and pruned weights", cmd_prune},
     {"pattern", "read the tile-wise pattern of pruned weights back from their zeros", cmd_pattern},
     {"model", "run every layer of a model: check against the reference, time against dense", cmd_model},
+    {"tune", "search configs per layer and M into a JSON Lines log; --best merges logs", cmd_tune},
+    {"__tune-measure", "(internal) one measurement for tune, in a fresh process", cmd_tune_measure},
 };
 
 static void usage(FILE *f)
@@ -21,7 +23,8 @@ static void usage(FILE *f)
                "tilejit %s: tile-wise sparse kernels, generated per layer and JIT-compiled.\n\n"
                "commands:\n", TJ_VERSION);
     for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
-        fprintf(f, "  %-9s %s\n", commands[i].name, commands[i].summary);
+        if (commands[i].name[0] != '_') /* internal commands stay out of the list */
+            fprintf(f, "  %-9s %s\n", commands[i].name, commands[i].summary);
     fprintf(f, "\noptions: --help, --version\n");
 }
 

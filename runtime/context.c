@@ -7,6 +7,7 @@
 
 #include "model.h"
 #include "tj_config.h"
+#include "../autotune/autotune.h"
 #if TJ_HAVE_LLVM
 #include "backend_cpu.h"
 #endif
@@ -182,6 +183,13 @@ tj_status tj_context_create(const tj_options *opt, tj_context **out)
     }
     c->opt.cache_dir = c->cache_dir;
     c->opt.tuning_log = c->tuning_log;
+    if (c->tuning_log) { /* merged once here; tj_context_config_for looks configs up in it */
+        tj_tune_db *db = NULL;
+        s = tj_tune_db_create(&db, &err);
+        c->tuning = db;
+        if (s == TJ_OK) s = tj_tune_db_load(db, c->tuning_log, 0, &err);
+        if (s != TJ_OK) goto fail;
+    }
     s = resolve_backend(c, &err);
     if (s != TJ_OK) goto fail;
     *out = c;
@@ -211,12 +219,30 @@ tj_status tj_context_set_config(tj_context *c, const char *json, tj_error *err)
 const char *tj_context_config_for(tj_context *c, const char *backend, const char *device,
                                   const char *arch, const tj_layer *l, int64_t m)
 {
-    (void)backend;
-    (void)device;
-    (void)arch;
-    (void)l;
-    (void)m;
-    return c->config_override;
+    if (c->config_override || !c->tuning || !l) return c->config_override;
+    /* CPU backends name the family by machine ("x86_64"); records qualify it with the ISA
+     * ("x86_64-avx512") so an AVX2 record never lands on an AVX-512 host or back. */
+    tj_tune_target host;
+    char fam[64];
+    snprintf(fam, sizeof fam, "%s", arch ? arch : "");
+    if (backend && strcmp(backend, "cpu") == 0) {
+        tj_tune_host_target(&host);
+        if (!arch || !strchr(arch, '-')) snprintf(fam, sizeof fam, "%s", host.arch);
+        if (!device) device = host.device;
+    }
+    tj_tune_choice ch;
+    pthread_mutex_lock(&c->lock);
+    tj_status s = tj_tune_db_best(c->tuning, backend, device, fam, l, m, &ch);
+    pthread_mutex_unlock(&c->lock);
+    if (s != TJ_OK) {
+        tj_context_note(c, "tuning: layer '%s' (M %lld): no record in %s for %s on %s / %s; built-in default",
+                        l->name, (long long)m, c->tuning_log, backend, device ? device : "?", fam);
+        return NULL;
+    }
+    tj_context_note(c, "tuning: layer '%s' (M %lld): config %s from %s (match: %s; measured on %s at M %lld: %.4f ms)",
+                    l->name, (long long)m, ch.config, c->tuning_log, tj_tune_match_name(ch.match), ch.device,
+                    (long long)ch.m_tuned, 1e3 * ch.median);
+    return ch.config;
 }
 
 void tj_context_destroy(tj_context *c)
@@ -233,6 +259,7 @@ void tj_context_destroy(tj_context *c)
     free(c->cache_dir);
     free(c->tuning_log);
     free(c->config_override);
+    tj_tune_db_destroy(c->tuning);
     if (last_error.ctx == c) last_error.ctx = NULL;
     free(c);
 }

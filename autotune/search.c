@@ -1,0 +1,333 @@
+/* The sweep: workloads (layer × M) in pattern order, configs in space order; exhaustive where the
+ * space is small, else an adaptive search (model-ordered seeds, then hill-climbing over configs
+ * that differ in one knob) that measures at most a fixed fraction of the space. Every
+ * measurement is appended to the log at once, and a rerun resumes from it.
+ *
+ * Sharding (--shard I/N) is round-robin over a canonical order, so it needs no coordination:
+ * exhaustive sweeps split the (workload, config) items; adaptive sweeps split whole workloads
+ * (the search for one workload is sequential). Either way each workload's decisions depend only
+ * on its own measurements, so merged shard logs choose what one unsharded run would. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "autotune.h"
+#include "../runtime/model.h"
+
+tj_tune_opts tj_tune_opts_default(void)
+{
+    tj_tune_opts o;
+    memset(&o, 0, sizeof o);
+    o.backend = "cpu";
+    o.nshards = 1;
+    o.timeout_s = 60;
+    o.max_fraction = 0.3;
+    o.mo = tj_tune_measure_defaults();
+    return o;
+}
+
+typedef struct sweep {
+    const tj_tune_opts *o;
+    tj_tune_db *db;
+    tj_tune_target target;
+    tj_tune_summary *sum;
+    tj_tune_progress pr;
+    double t0;
+    int64_t new_done;        /* new measurements, for the ETA */
+    double new_seconds;
+    int stop;                /* budget reached */
+} sweep;
+
+/* The best of a workload so far, for progress lines. */
+typedef struct wl_state {
+    const tj_tune_space *sp;
+    tj_tune_workload wl;
+    const tj_layer *l;
+    double best;
+    int64_t best_i;
+} wl_state;
+
+static void report(sweep *sw, const wl_state *ws, int64_t i, tj_tune_status st, double med, int resumed)
+{
+    sw->pr.done++;
+    if (resumed) sw->pr.skipped++;
+    sw->pr.layer = ws->wl.layer;
+    sw->pr.m = ws->wl.m;
+    sw->pr.config = ws->sp->json[i];
+    sw->pr.status = st;
+    sw->pr.median = med;
+    sw->pr.best_config = ws->best_i >= 0 ? ws->sp->json[ws->best_i] : NULL;
+    sw->pr.best_median = ws->best;
+    sw->pr.elapsed_s = tj_now() - sw->t0;
+    int64_t left = sw->pr.total - sw->pr.done;
+    sw->pr.eta_s = sw->new_done > 0 ? left * (sw->new_seconds / (double)sw->new_done) : -1;
+    if (sw->o->progress) sw->o->progress(sw->o->progress_user, &sw->pr);
+}
+
+/* Measures config i of the workload (or takes it from the log); *cost gets its median or
+ * INFINITY. Returns TJ_OK also for failed configs; sw->stop when the budget is spent. */
+static tj_status measure(sweep *sw, wl_state *ws, int64_t i, double *cost, tj_error *err)
+{
+    const char *cfg = ws->sp->json[i];
+    tj_tune_status st;
+    double med;
+    int resumed = tj_tune_db_find(sw->db, &sw->target, &ws->wl, cfg, &st, &med);
+    if (resumed) {
+        sw->sum->resumed++;
+    } else {
+        if (sw->o->budget_s > 0 && tj_now() - sw->t0 >= sw->o->budget_s) {
+            sw->stop = 1;
+            sw->sum->budget_hit = 1;
+            *cost = INFINITY;
+            return TJ_OK;
+        }
+        tj_tune_record r;
+        memset(&r, 0, sizeof r);
+        r.target = sw->target;
+        r.wl = ws->wl;
+        if (!(r.config = strdup(cfg))) return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory");
+        double a = tj_now();
+        tj_status s = TJ_OK;
+        if (sw->o->dry_run) {
+            r.status = TJ_TUNE_OK;
+            r.median = 1;
+        } else {
+            tj_tune_child c = {sw->o->exe, sw->o->pattern_path, sw->o->weights_path, ws->l->name, sw->o->backend,
+                               ws->wl.m, cfg, sw->o->timeout_s, sw->o->mo};
+            s = tj_tune_measure_child(&c, &r, err);
+            if (s == TJ_OK) s = tj_tune_log_append(sw->o->log_path, &r, err);
+        }
+        /* What the log now says is what a resumed run will read: go through the text, so
+         * decisions never depend on digits the file does not keep. */
+        char *line = NULL;
+        if (s == TJ_OK) s = tj_tune_record_to_json(&r, &line, err);
+        tj_tune_record back;
+        if (s == TJ_OK) s = tj_tune_record_parse(line, "record", &back, err);
+        if (s == TJ_OK) {
+            s = tj_tune_db_add(sw->db, &back, err);
+            tj_tune_record_free(&back);
+        }
+        free(line);
+        tj_tune_record_free(&r);
+        TJ_TRY(s);
+        tj_tune_db_find(sw->db, &sw->target, &ws->wl, cfg, &st, &med);
+        sw->sum->measured++;
+        if (st != TJ_TUNE_OK) sw->sum->failed++;
+        sw->new_done++;
+        sw->new_seconds += tj_now() - a;
+    }
+    *cost = st == TJ_TUNE_OK ? med : INFINITY;
+    if (*cost < ws->best || (*cost == ws->best && isfinite(*cost) && ws->best_i >= 0 &&
+                             strcmp(cfg, ws->sp->json[ws->best_i]) < 0)) {
+        ws->best = *cost;
+        ws->best_i = i;
+    }
+    report(sw, ws, i, st, *cost, resumed);
+    return TJ_OK;
+}
+
+static int64_t adaptive_budget(const tj_tune_opts *o, int64_t count)
+{
+    int64_t b = (int64_t)floor(o->max_fraction * (double)count);
+    return b < 1 ? 1 : b > count ? count : b;
+}
+
+static int use_exhaustive(const tj_tune_opts *o, const tj_tune_space *sp)
+{
+    return o->strategy == TJ_TUNE_EXHAUSTIVE || (o->strategy == TJ_TUNE_AUTO && sp->count <= 32) || !sp->points;
+}
+
+typedef struct ranked { double key; const char *cfg; int64_t i; } ranked;
+
+static int ranked_cmp(const void *pa, const void *pb)
+{
+    const ranked *a = pa, *b = pb;
+    if (a->key != b->key) return a->key < b->key ? -1 : 1;
+    int c = strcmp(a->cfg, b->cfg);
+    return c ? c : (a->i < b->i ? -1 : a->i > b->i);
+}
+
+/* Adaptive search for one workload. Deterministic given the measured costs. */
+static tj_status adaptive(sweep *sw, wl_state *ws, const tj_tune_host *h, tj_error *err)
+{
+    const tj_tune_space *sp = ws->sp;
+    int64_t n = sp->count, budget = adaptive_budget(sw->o, n), done = 0;
+    ranked *order = malloc((size_t)n * sizeof *order);
+    ranked *meas = malloc((size_t)n * sizeof *meas);
+    double *cost = malloc((size_t)n * sizeof *cost);
+    char *seen = calloc((size_t)n, 1);
+    int64_t *nb = malloc((size_t)n * sizeof *nb);
+    tj_status s = TJ_OK;
+    if (!order || !meas || !cost || !seen || !nb) {
+        s = tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory");
+        goto done;
+    }
+    int threads = sw->o->mo.threads;
+    if (threads <= 0) {
+        long c = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = c > 0 ? (int)c : 1;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        order[i] = (ranked){tj_tune_model_cost(sp, h, i, &ws->wl, threads), sp->json[i], i};
+        cost[i] = INFINITY;
+    }
+    qsort(order, (size_t)n, sizeof *order, ranked_cmp);
+#define MEASURE(idx)                                                          \
+    do {                                                                      \
+        int64_t i_ = (idx);                                                   \
+        seen[i_] = 1;                                                         \
+        if ((s = measure(sw, ws, i_, &cost[i_], err)) != TJ_OK) goto done;   \
+        if (sw->stop) goto done;                                              \
+        done++;                                                               \
+    } while (0)
+    /* 1. seeds: the built-in default, then the model's favourites (a third of the budget) */
+    if (sp->default_index >= 0 && done < budget) MEASURE(sp->default_index);
+    int64_t seeds = (budget + 2) / 3, next = 0;
+    for (; next < n && done < seeds; next++)
+        if (!seen[order[next].i]) MEASURE(order[next].i);
+    /* 2. hill-climb: the unmeasured neighbours (one knob changed) of the best measured config,
+     *    in model order; when the best configs' neighbourhoods are exhausted, the next seed */
+    while (done < budget) {
+        int64_t nm = 0;
+        for (int64_t i = 0; i < n; i++)
+            if (seen[i]) meas[nm++] = (ranked){cost[i], sp->json[i], i};
+        qsort(meas, (size_t)nm, sizeof *meas, ranked_cmp);
+        int64_t pick = -1;
+        for (int64_t r = 0; r < nm && pick < 0 && isfinite(meas[r].key); r++) {
+            int64_t k = tj_tune_space_neighbours(sp, meas[r].i, nb, n);
+            double pm = INFINITY;
+            for (int64_t j = 0; j < k; j++) {
+                double mc = tj_tune_model_cost(sp, h, nb[j], &ws->wl, threads);
+                if (!seen[nb[j]] && (pick < 0 || mc < pm)) {
+                    pick = nb[j];
+                    pm = mc;
+                }
+            }
+        }
+        while (pick < 0 && next < n) {
+            if (!seen[order[next].i]) pick = order[next].i;
+            next++;
+        }
+        if (pick < 0) break;
+        MEASURE(pick);
+    }
+#undef MEASURE
+done:
+    free(order);
+    free(meas);
+    free(cost);
+    free(seen);
+    free(nb);
+    return s;
+}
+
+tj_status tj_tune_run(const tj_tune_opts *o, tj_tune_summary *out, tj_error *err)
+{
+    memset(out, 0, sizeof *out);
+    if (!o->pattern_path || !o->weights_path || !o->log_path || !o->exe || !o->nms)
+        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "tune: pattern, weights, log, executable and M values are required");
+    if (o->nshards < 1 || o->shard < 0 || o->shard >= o->nshards)
+        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "tune: shard %d/%d is out of range", o->shard, o->nshards);
+    sweep sw;
+    memset(&sw, 0, sizeof sw);
+    sw.o = o;
+    sw.sum = out;
+    sw.t0 = tj_now();
+    tj_pattern *pat = NULL;
+    tj_tune_space *spaces = NULL;
+    wl_state *ws = NULL;
+    int64_t nws = 0;
+    tj_status s = tj_pattern_load(o->pattern_path, &pat, err);
+    if (s != TJ_OK) return s;
+    if ((s = tj_tune_db_create(&sw.db, err)) != TJ_OK) goto done;
+    if (!o->dry_run && (s = tj_tune_db_load(sw.db, o->log_path, 1, err)) != TJ_OK) goto done;
+    tj_tune_host_target(&sw.target);
+    snprintf(sw.target.backend, sizeof sw.target.backend, "%s", o->backend);
+    if (strcmp(o->backend, "cuda") == 0) {
+        /* the GPU's own name comes from the driver in the child; the parent knows the arch */
+        snprintf(sw.target.device, sizeof sw.target.device, "%s", o->arch ? o->arch : "sm_90");
+        snprintf(sw.target.arch, sizeof sw.target.arch, "%s", o->arch ? o->arch : "sm_90");
+        snprintf(sw.target.compiler, sizeof sw.target.compiler, "NVRTC");
+    }
+
+    /* workloads: layers in pattern order (one per distinct pattern hash) × M in option order */
+    ws = calloc((size_t)(pat->nlayers * o->nms + 1), sizeof *ws);
+    spaces = calloc((size_t)(pat->nlayers + 1), sizeof *spaces);
+    tj_tune_host *hosts = calloc((size_t)(pat->nlayers + 1), sizeof *hosts);
+    if (!ws || !spaces || !hosts) {
+        free(hosts);
+        s = tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory");
+        goto done;
+    }
+    int64_t nspaces = 0;
+    for (int64_t li = 0; li < pat->nlayers; li++) {
+        const tj_layer *l = &pat->layers[li];
+        if (o->layer_filter && strcmp(o->layer_filter, l->name) != 0) continue;
+        int dup = 0;
+        for (int64_t j = 0; j < li && !dup; j++) dup = pat->layers[j].hash == l->hash;
+        if (dup) continue;
+        tj_tune_host_for(o->backend, o->arch, l->g, &hosts[nspaces]);
+        s = o->configs_json ? tj_tune_space_from_list(o->backend, o->configs_json, &spaces[nspaces], err)
+                            : tj_tune_space_build(o->backend, &hosts[nspaces], &spaces[nspaces], err);
+        if (s != TJ_OK) {
+            free(hosts);
+            goto done;
+        }
+        for (int mi = 0; mi < o->nms; mi++) {
+            wl_state *w = &ws[nws++];
+            w->sp = &spaces[nspaces];
+            w->l = l;
+            tj_tune_workload_of(l, o->ms[mi], &w->wl);
+            w->best = INFINITY;
+            w->best_i = -1;
+        }
+        nspaces++;
+    }
+    if (o->layer_filter && nws == 0) {
+        free(hosts);
+        s = tj_fail(err, TJ_ERR_NOT_FOUND, "%s: no layer named '%s'", o->pattern_path, o->layer_filter);
+        goto done;
+    }
+    /* this shard's total, for progress */
+    int64_t item = 0;
+    for (int64_t w = 0; w < nws; w++) {
+        const tj_tune_space *sp = ws[w].sp;
+        if (use_exhaustive(o, sp)) {
+            for (int64_t i = 0; i < sp->count; i++, item++)
+                if (tj_tune_shard_owns(item, o->shard, o->nshards)) sw.pr.total++;
+        } else if (tj_tune_shard_owns(w, o->shard, o->nshards)) {
+            sw.pr.total += adaptive_budget(o, sp->count);
+        }
+        out->space = sp->count;
+    }
+    item = 0;
+    for (int64_t w = 0; w < nws && !sw.stop; w++) {
+        wl_state *st = &ws[w];
+        const tj_tune_host *h = &hosts[st->sp - spaces];
+        int owned = 0;
+        if (use_exhaustive(o, st->sp)) {
+            for (int64_t i = 0; i < st->sp->count && !sw.stop; i++, item++) {
+                if (!tj_tune_shard_owns(item, o->shard, o->nshards)) continue;
+                owned = 1;
+                double c;
+                if ((s = measure(&sw, st, i, &c, err)) != TJ_OK) break;
+            }
+        } else if (tj_tune_shard_owns(w, o->shard, o->nshards)) {
+            owned = 1;
+            s = adaptive(&sw, st, h, err);
+        }
+        if (s != TJ_OK) break;
+        out->workloads += owned;
+    }
+    free(hosts);
+done:
+    out->seconds = tj_now() - sw.t0;
+    for (int64_t i = 0; spaces && i < pat->nlayers; i++) tj_tune_space_free(&spaces[i]);
+    free(spaces);
+    free(ws);
+    tj_tune_db_destroy(sw.db);
+    tj_pattern_destroy(pat);
+    return s;
+}

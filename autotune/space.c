@@ -1,0 +1,297 @@
+/* Search spaces as data: per backend, a table of axes (the values each knob may take) and a
+ * validity rule that drops impossible points before anything is built (the BLIS way: block
+ * sizes are tables, not code). Also the analytic cost model that orders candidates. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "autotune.h"
+#include "tj_config.h"
+
+/* ---- CPU (gen/emit_llvm.h: mr, nr, offsets, unroll, mb; vec resolved to the host's) ------- */
+
+static const int cpu_mr[] = {2, 4, 6, 8, 12, 14, 16};
+static const int cpu_nr[] = {16, 32, 48, 64};
+static const char *const cpu_offsets[] = {"table", "unrolled"};
+static const int cpu_unroll[] = {1, 4, 8};
+static const int cpu_mb[] = {0, 128}; /* tokens per work item; 0: the backend's ~96 */
+enum { CPU_MR, CPU_NR, CPU_OFFSETS, CPU_UNROLL, CPU_MB, CPU_NAXES };
+static const tj_tune_axis cpu_axes[CPU_NAXES] = {
+    {"mr", 7, cpu_mr, NULL},
+    {"nr", 4, cpu_nr, NULL},
+    {"offsets", 2, NULL, cpu_offsets},
+    {"unroll", 3, cpu_unroll, NULL},
+    {"mb", 2, cpu_mb, NULL},
+};
+/* The backend's built-in default (tj_cpu_config_default) must be a point of the space, so a
+ * tuned config is never worse than the default by construction of the search. */
+static const int cpu_default[CPU_NAXES] = {12, 32, 0 /* table */, 4, 0};
+
+/* ---- CUDA (gen/emit_cuda.h: template, bm, bn, bk, warps, stages, offsets) ----------------- */
+
+static const char *const cuda_template[] = {"mma", "simt"};
+static const int cuda_bm[] = {32, 64, 128};
+static const int cuda_bn[] = {32, 64, 128};
+static const int cuda_bk[] = {16, 32, 64};
+static const int cuda_warps[] = {2, 4, 8};
+static const int cuda_stages[] = {2, 3, 4};
+static const char *const cuda_offsets[] = {"table", "unrolled"};
+enum { CU_TEMPLATE, CU_BM, CU_BN, CU_BK, CU_WARPS, CU_STAGES, CU_OFFSETS, CU_NAXES };
+static const tj_tune_axis cuda_axes[CU_NAXES] = {
+    {"template", 2, NULL, cuda_template},
+    {"bm", 3, cuda_bm, NULL},
+    {"bn", 3, cuda_bn, NULL},
+    {"bk", 3, cuda_bk, NULL},
+    {"warps", 3, cuda_warps, NULL},
+    {"stages", 3, cuda_stages, NULL},
+    {"offsets", 2, NULL, cuda_offsets},
+};
+
+static int ival(const tj_tune_axis *axes, const int *p, int a) { return axes[a].ivals[p[a]]; }
+static const char *sval(const tj_tune_axis *axes, const int *p, int a) { return axes[a].svals[p[a]]; }
+
+void tj_tune_host_for(const char *backend, const char *arch, int64_t g, tj_tune_host *out)
+{
+    memset(out, 0, sizeof *out);
+    out->g = g > 0 ? g : 128;
+    if (backend && strcmp(backend, "cuda") == 0) {
+        int sm = 90;
+        if (arch && sscanf(arch, "sm_%d", &sm) != 1) sm = 90;
+        out->sm = sm;
+        /* tj_cuda_arch_smem_limit's table, kept here so the space builds without NVRTC */
+        out->smem_max = sm == 80 || sm == 87 ? 163 * 1024 : sm == 90 || sm == 100 ? 227 * 1024 : 99 * 1024;
+        out->regs_max = 255;
+        return;
+    }
+    tj_tune_target t;
+    tj_tune_host_target(&t);
+    const char *isa = strrchr(t.arch, '-');
+    out->vec = isa && strcmp(isa, "-avx512") == 0 ? 16 : isa && strcmp(isa, "-avx2") == 0 ? 8 : 4;
+    out->vregs = out->vec == 16 ? 32 : 16;
+}
+
+const char *tj_tune_space_why_invalid(const char *backend, const tj_tune_host *h,
+                                      const tj_tune_axis *axes, const int *p)
+{
+    static _Thread_local char why[160];
+    if (strcmp(backend, "cpu") == 0) {
+        int mr = ival(axes, p, CPU_MR), nr = ival(axes, p, CPU_NR), vec = h->vec > 0 ? h->vec : 16;
+        if (nr % vec) return snprintf(why, sizeof why, "nr %d is not a multiple of the vector width %d", nr, vec), why;
+        int nv = nr / vec, regs = h->vregs > 0 ? h->vregs : 32;
+        /* accumulators + one row of weight vectors + the broadcast (tj_cpu_config_check's rule) */
+        if (mr * nv + nv + 1 > regs)
+            return snprintf(why, sizeof why, "mr %d x nr %d needs %d vector registers of %d", mr, nr, mr * nv + nv + 1,
+                            regs), why;
+        if (strcmp(sval(axes, p, CPU_OFFSETS), "unrolled") == 0 && ival(axes, p, CPU_UNROLL) == 1)
+            return "unrolled offsets: 1 row per chunk makes one basic block per kept row";
+        return "";
+    }
+    if (strcmp(backend, "cuda") == 0) {
+        int mma = strcmp(sval(axes, p, CU_TEMPLATE), "mma") == 0;
+        int bm = ival(axes, p, CU_BM), bn = ival(axes, p, CU_BN), bk = ival(axes, p, CU_BK);
+        int warps = ival(axes, p, CU_WARPS), stages = ival(axes, p, CU_STAGES), threads = 32 * warps;
+        if (bn > h->g || h->g % bn) return snprintf(why, sizeof why, "bn %d does not divide the tile width g %lld", bn,
+                                                    (long long)h->g), why;
+        if (!mma) {
+            /* simt ignores stages; keep one point per (bm, bn, bk, warps, offsets) */
+            if (stages != cuda_stages[0]) return "simt has no pipeline: stages is ignored";
+            if ((bm * bn) % threads) return "simt: bm x bn is not a multiple of the block's threads";
+            if (bm * bn / threads > 64) return "simt: more than 64 accumulators per thread";
+            return "";
+        }
+        /* mma.sync m16n8k16: warps split into warps_n x warps_m with warp tiles that are multiples
+         * of 16 features x 8 tokens (tj_cuda_warp_split's rule, simplified to what is checkable
+         * as data: every warp gets at least one 16 x 16 fragment) */
+        if ((bm / 16) * (bn / 16) < warps) return "mma: fewer 16x16 fragments than warps";
+        int64_t smem = (int64_t)stages * bk * ((bn + 8) + (bm + 8)) * 2; /* tj_cuda_smem_bytes */
+        if (smem > h->smem_max)
+            return snprintf(why, sizeof why, "mma: %lld bytes of shared memory exceed the %lld of sm_%d", (long long)smem,
+                            (long long)h->smem_max, h->sm), why;
+        int acc = bm * bn / threads; /* fp32 accumulators per thread */
+        if (acc > 128) return snprintf(why, sizeof why, "mma: %d accumulators per thread exceed 128", acc), why;
+        if (acc + 2 * (bk / 8) + 40 > h->regs_max) return "mma: register estimate exceeds the per-thread limit";
+        if (stages > 2 && h->sm < 80) return "mma: cp.async pipelines need sm_80 or newer";
+        return "";
+    }
+    return "";
+}
+
+static char *point_json(const tj_tune_axis *axes, int naxes, const int *p)
+{
+    json_t *o = json_object();
+    for (int a = 0; o && a < naxes; a++)
+        json_object_set_new(o, axes[a].name, axes[a].ivals ? json_integer(axes[a].ivals[p[a]])
+                                                           : json_string(axes[a].svals[p[a]]));
+    char *s = o ? json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    json_decref(o);
+    return s;
+}
+
+static tj_status space_alloc(tj_tune_space *s, int64_t n, int naxes, tj_error *err)
+{
+    s->json = calloc((size_t)(n ? n : 1), sizeof *s->json);
+    s->points = naxes ? calloc((size_t)(n ? n : 1) * (size_t)naxes, sizeof *s->points) : NULL;
+    if (!s->json || (naxes && !s->points)) return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory");
+    return TJ_OK;
+}
+
+tj_status tj_tune_space_build(const char *backend, const tj_tune_host *h, tj_tune_space *out, tj_error *err)
+{
+    memset(out, 0, sizeof *out);
+    out->default_index = -1;
+    snprintf(out->backend, sizeof out->backend, "%s", backend);
+    if (strcmp(backend, "reference") == 0) {
+        TJ_TRY(space_alloc(out, 1, 0, err));
+        if (!(out->json[0] = strdup("{}"))) return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory");
+        out->count = 1;
+        out->default_index = 0;
+        return TJ_OK;
+    }
+    const tj_tune_axis *axes;
+    int naxes;
+    if (strcmp(backend, "cpu") == 0) {
+        axes = cpu_axes;
+        naxes = CPU_NAXES;
+    } else if (strcmp(backend, "cuda") == 0) {
+        axes = cuda_axes;
+        naxes = CU_NAXES;
+    } else {
+        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "no search space for backend '%s' (cpu, cuda, reference)", backend);
+    }
+    int64_t total = 1;
+    for (int a = 0; a < naxes; a++) total *= axes[a].nvals;
+    out->axes = axes;
+    out->naxes = naxes;
+    TJ_TRY(space_alloc(out, total, naxes, err));
+    int p[16] = {0};
+    for (int64_t i = 0; i < total; i++) {
+        /* mixed-radix counter, last axis fastest: the canonical order */
+        int64_t r = i;
+        for (int a = naxes - 1; a >= 0; a--) {
+            p[a] = (int)(r % axes[a].nvals);
+            r /= axes[a].nvals;
+        }
+        if (*tj_tune_space_why_invalid(backend, h, axes, p)) {
+            out->dropped++;
+            continue;
+        }
+        int64_t k = out->count;
+        memcpy(out->points + k * naxes, p, (size_t)naxes * sizeof *p);
+        if (!(out->json[k] = point_json(axes, naxes, p))) return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory");
+        int is_default = axes == cpu_axes;
+        for (int a = 0; is_default && a < naxes; a++)
+            is_default = a == CPU_OFFSETS ? p[a] == cpu_default[a] : axes[a].ivals[p[a]] == cpu_default[a];
+        if (is_default) out->default_index = k;
+        out->count++;
+    }
+    return TJ_OK;
+}
+
+tj_status tj_tune_space_from_list(const char *backend, const char *json_array, tj_tune_space *out, tj_error *err)
+{
+    memset(out, 0, sizeof *out);
+    out->default_index = -1;
+    snprintf(out->backend, sizeof out->backend, "%s", backend);
+    json_error_t je;
+    json_t *a = json_loads(json_array, 0, &je);
+    if (!a || !json_is_array(a) || json_array_size(a) == 0) {
+        json_decref(a);
+        return tj_fail(err, TJ_ERR_FORMAT, "configs: expected a non-empty JSON array of objects (%s)",
+                       a ? "not an array" : je.text);
+    }
+    tj_status s = space_alloc(out, (int64_t)json_array_size(a), 0, err);
+    for (size_t i = 0; s == TJ_OK && i < json_array_size(a); i++) {
+        json_t *c = json_array_get(a, i);
+        if (!json_is_object(c)) {
+            s = tj_fail(err, TJ_ERR_FORMAT, "configs[%zu]: not a JSON object", i);
+            break;
+        }
+        char *txt = json_dumps(c, JSON_COMPACT | JSON_SORT_KEYS);
+        if (!txt) s = tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory");
+        for (int64_t j = 0; s == TJ_OK && j < out->count; j++)
+            if (strcmp(out->json[j], txt) == 0) s = tj_fail(err, TJ_ERR_FORMAT, "configs[%zu]: duplicate of configs[%lld]", i, (long long)j);
+        if (s != TJ_OK) {
+            free(txt);
+            break;
+        }
+        if (strcmp(txt, "{}") == 0) out->default_index = out->count;
+        out->json[out->count++] = txt;
+    }
+    json_decref(a);
+    return s;
+}
+
+void tj_tune_space_free(tj_tune_space *s)
+{
+    if (!s) return;
+    for (int64_t i = 0; s->json && i < s->count; i++) free(s->json[i]);
+    free(s->json);
+    free(s->points);
+    memset(s, 0, sizeof *s);
+}
+
+int64_t tj_tune_space_neighbours(const tj_tune_space *s, int64_t i, int64_t *out, int64_t max)
+{
+    if (!s->points) return 0;
+    const int *p = s->points + i * s->naxes;
+    int64_t n = 0;
+    for (int64_t j = 0; j < s->count && n < max; j++) {
+        const int *q = s->points + j * s->naxes;
+        int diff = 0;
+        for (int a = 0; a < s->naxes && diff < 2; a++) diff += p[a] != q[a];
+        if (diff == 1) out[n++] = j;
+    }
+    return n;
+}
+
+/* The CPU model: cycles of the inner loop per kept row and register block, times the blocks,
+ * with the waste of padding (nr vs the tile width, mr vs M), load imbalance across threads and
+ * the loop overhead that unrolling removes. Crude, but it ranks the big effects right. */
+static double cpu_cost(const tj_tune_space *s, const tj_tune_host *h, const int *p, const tj_tune_workload *w,
+                       int threads)
+{
+    const tj_tune_axis *ax = s->axes;
+    int mr = ival(ax, p, CPU_MR), nr = ival(ax, p, CPU_NR), unroll = ival(ax, p, CPU_UNROLL);
+    int mb = ival(ax, p, CPU_MB), vec = h->vec > 0 ? h->vec : 16, nv = nr / vec;
+    int unrolled = strcmp(sval(ax, p, CPU_OFFSETS), "unrolled") == 0;
+    double m = (double)(w->m > 0 ? w->m : 1), g = (double)(w->g > 0 ? w->g : 128);
+    /* per kept row of a block: mr·nv FMAs on 2 ports, nv loads + mr broadcasts on 2 ports,
+     * and the FMA latency (4 cycles × 2 ports) that needs ≥ 8 independent accumulators */
+    double fma = mr * nv / 2.0, ld = (nv + mr) / 2.0, lat = 4.0 * (mr * nv < 8 ? 8.0 / (mr * nv) : 1.0);
+    double cyc = fmax(fmax(fma, ld), lat * mr * nv / 8.0);
+    cyc += unrolled ? 0.0 : (1.0 + 2.0 / unroll) / 2.0; /* offset load + loop control */
+    if (unrolled) cyc += 0.05 * (double)mr * nv;       /* instruction-cache pressure of long code */
+    double pad_n = ceil(g / nr) * nr / g, pad_m = ceil(m / mr) * mr / m;
+    double per_flop = cyc / (mr * nr);                  /* cycles per useful multiply-add */
+    double chunk = mb > 0 ? ceil((double)mb / mr) * mr : mr * floor((96.0 + mr / 2) / mr);
+    double tiles = w->n > 0 ? ceil((double)w->n / g) : 1;
+    double items = tiles * ceil(m / chunk), t = threads > 0 ? threads : 1;
+    double balance = ceil(items / t) * t / items;
+    return per_flop * pad_n * pad_m * balance * (double)w->kept * m;
+}
+
+/* A CUDA placeholder model: tokens padded to bm, features to bn, occupancy from shared memory. */
+static double cuda_cost(const tj_tune_space *s, const tj_tune_host *h, const int *p, const tj_tune_workload *w)
+{
+    const tj_tune_axis *ax = s->axes;
+    double bm = ival(ax, p, CU_BM), bn = ival(ax, p, CU_BN), bk = ival(ax, p, CU_BK);
+    double m = (double)(w->m > 0 ? w->m : 1), g = (double)(w->g > 0 ? w->g : 128);
+    double pad = ceil(m / bm) * bm / m * ceil(g / bn) * bn / g;
+    double simt = strcmp(sval(ax, p, CU_TEMPLATE), "simt") == 0 ? 8.0 : 1.0;
+    double smem = (double)ival(ax, p, CU_STAGES) * bk * (bm + bn + 16) * 2;
+    double occ = fmin(1.0, (double)(h->smem_max > 0 ? h->smem_max : 99 * 1024) / (2 * smem + 1));
+    return pad * simt / (0.5 + 0.5 * occ) * (double)w->kept * m / (bm * bn / (bm + bn));
+}
+
+double tj_tune_model_cost(const tj_tune_space *s, const tj_tune_host *h, int64_t i, const tj_tune_workload *w,
+                          int threads)
+{
+    if (!s->points) return (double)i; /* a list: keep its order */
+    const int *p = s->points + i * s->naxes;
+    if (s->axes == cpu_axes) return cpu_cost(s, h, p, w, threads);
+    if (s->axes == cuda_axes) return cuda_cost(s, h, p, w);
+    return (double)i;
+}

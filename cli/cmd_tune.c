@@ -1,0 +1,363 @@
+/* `tilejit tune`: sweep configs per layer and M into a JSON Lines log (autotune/), `tune --best`
+ * to merge logs and show the choice, and the hidden `__tune-measure` the sweep runs per config. */
+#include <inttypes.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "autotune.h"
+#include "cli.h"
+#include "model.h"
+
+static const char *help =
+    "usage: tilejit tune PATTERN --weights W.safetensors --log FILE [--backend cpu|cuda|reference]\n"
+    "                    [--m 1,128,512] [--budget SECONDS] [--shard I/N] [--search auto|exhaustive|adaptive]\n"
+    "                    [--fraction F] [--timeout SECONDS] [--min-time SECONDS] [--threads T]\n"
+    "                    [--layer NAME] [--configs FILE] [--arch sm_XX] [--seed S] [-v]\n"
+    "       tilejit tune --best LOG...\n\n"
+    "Measures candidate configs of every layer (one per distinct pattern) at each M and appends one\n"
+    "JSON line per measurement to --log. Each config is built, checked against the reference on\n"
+    "fresh random data, warmed up and timed (median over at least --min-time, default 0.2 s) in a\n"
+    "fresh process killed after --timeout (default 60 s): a config that fails to compile, gives a\n"
+    "wrong result, crashes or hangs is recorded with its status and the sweep goes on. A rerun\n"
+    "skips what the log already holds. --search auto is exhaustive up to 32 configs, else adaptive\n"
+    "(model-ordered seeds, then hill-climbing, measuring at most --fraction, default 0.3, of the\n"
+    "space). --budget stops the sweep after SECONDS (rerun to continue). --shard I/N measures the\n"
+    "I-th of N deterministic parts (0-based); merge the logs with --best. --configs FILE replaces\n"
+    "the built-in space with a JSON array of config objects.\n\n"
+    "--best merges logs and prints the chosen config per layer and M bucket (powers of two).\n"
+    "tilejit run / bench / model use the best record with --tuning-log LOG or TILEJIT_TUNING_LOG.\n";
+
+/* ---- progress -------------------------------------------------------------------------- */
+
+typedef struct progress {
+    int tty, verbose;
+    int64_t last_len;
+} progress;
+
+static void fmt_eta(double s, char *buf, size_t n)
+{
+    if (s < 0) snprintf(buf, n, "?");
+    else if (s < 60) snprintf(buf, n, "%.0fs", s);
+    else if (s < 3600) snprintf(buf, n, "%dm%02ds", (int)(s / 60), (int)fmod(s, 60));
+    else snprintf(buf, n, "%dh%02dm", (int)(s / 3600), (int)fmod(s / 60, 60));
+}
+
+static void on_progress(void *user, const tj_tune_progress *p)
+{
+    progress *pg = user;
+    char eta[32], best[64];
+    fmt_eta(p->eta_s, eta, sizeof eta);
+    if (p->best_config && isfinite(p->best_median)) snprintf(best, sizeof best, "%.4f ms", 1e3 * p->best_median);
+    else snprintf(best, sizeof best, "-");
+    if (pg->tty) {
+        int width = 24, fill = p->total ? (int)(width * p->done / p->total) : width;
+        char bar[32];
+        for (int i = 0; i < width; i++) bar[i] = i < fill ? '#' : '.';
+        bar[width] = '\0';
+        int n = fprintf(stdout, "\r[%s] %" PRId64 "/%" PRId64 " configs  %.40s M=%" PRId64 "  best %s  ETA %s", bar,
+                        p->done, p->total, p->layer, p->m, best, eta);
+        for (int64_t i = n; i < pg->last_len; i++) fputc(' ', stdout);
+        pg->last_len = n;
+        if (pg->verbose && p->status != TJ_TUNE_OK)
+            fprintf(stdout, "\n  %s: %s\n", p->config, tj_tune_status_name(p->status));
+        fflush(stdout);
+        return;
+    }
+    char med[32];
+    if (p->status == TJ_TUNE_OK) snprintf(med, sizeof med, "%.4f ms", 1e3 * p->median);
+    else snprintf(med, sizeof med, "%s", tj_tune_status_name(p->status));
+    printf("tune: %" PRId64 "/%" PRId64 " %s M=%" PRId64 " %s: %s%s (best %s) ETA %s\n", p->done, p->total, p->layer,
+           p->m, p->config, med, p->skipped && p->done == p->skipped ? " [log]" : "", best, eta);
+    fflush(stdout);
+}
+
+/* ---- --best ---------------------------------------------------------------------------- */
+
+typedef struct best_print {
+    const char *last_device;
+} best_print;
+
+static int print_row(void *user, const tj_tune_best_row *r)
+{
+    best_print *bp = user;
+    if (!bp->last_device || strcmp(bp->last_device, r->device) != 0) {
+        printf("# %s on %s (%s)\n", r->backend, r->device, r->arch);
+        printf("%-40s %6s %-11s %10s %9s  %s\n", "layer", "M", "bucket", "median_ms", "measured", "config");
+        bp->last_device = r->device;
+    }
+    char bucket[32];
+    int64_t hi = (int64_t)1 << r->bucket, lo = r->bucket ? ((int64_t)1 << (r->bucket - 1)) + 1 : 1;
+    snprintf(bucket, sizeof bucket, "%" PRId64 "-%" PRId64, lo, hi);
+    char med[32];
+    if (r->config) snprintf(med, sizeof med, "%.4f", 1e3 * r->median);
+    else snprintf(med, sizeof med, "inf");
+    char meas[32];
+    snprintf(meas, sizeof meas, "%" PRId64 "/%" PRId64, r->measured - r->failed, r->measured);
+    printf("%-40s %6" PRId64 " %-11s %10s %9s  %s\n", r->layer, r->m, bucket, med, meas,
+           r->config ? r->config : "(every config failed)");
+    return 0;
+}
+
+static int run_best(int npos, const char **pos)
+{
+    if (npos < 1) return cli_fail("tune", "--best needs at least one LOG file");
+    tj_error err;
+    tj_tune_db *db = NULL;
+    int rc = 1;
+    if (tj_tune_db_create(&db, &err) != TJ_OK) return cli_fail("tune", "%s", err.msg);
+    for (int i = 0; i < npos; i++)
+        if (tj_tune_db_load(db, pos[i], 0, &err) != TJ_OK) {
+            cli_fail("tune", "%s", err.msg);
+            goto done;
+        }
+    if (tj_tune_db_bad_lines(db))
+        fprintf(stderr, "tilejit tune: skipped %lld malformed line(s) (e.g. the torn last line of a killed run)\n",
+                (long long)tj_tune_db_bad_lines(db));
+    if (tj_tune_db_size(db) == 0) {
+        cli_fail("tune", "no tuning records in the given log(s)");
+        goto done;
+    }
+    best_print bp = {NULL};
+    if (tj_tune_db_each_best(db, print_row, &bp, &err) != TJ_OK) {
+        cli_fail("tune", "%s", err.msg);
+        goto done;
+    }
+    rc = 0;
+done:
+    tj_tune_db_destroy(db);
+    return rc;
+}
+
+/* ---- the sweep ------------------------------------------------------------------------- */
+
+static int parse_ms(const char *s, int64_t *ms, int max, int *n)
+{
+    *n = 0;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        long long v = strtoll(p, &end, 10);
+        if (end == p || v < 1 || v > (1 << 24) || (*end && *end != ',') || *n >= max)
+            return cli_fail("tune", "--m: '%s' is not a comma-separated list of at most %d values in [1, 2^24]", s, max);
+        for (int i = 0; i < *n; i++)
+            if (ms[i] == v) return cli_fail("tune", "--m: %lld is listed twice", v);
+        ms[(*n)++] = v;
+        p = *end ? end + 1 : end;
+    }
+    return *n ? 0 : cli_fail("tune", "--m: empty list");
+}
+
+static char *read_file(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
+        free(b);
+        b = NULL;
+    }
+    if (b) b[n] = '\0';
+    fclose(f);
+    return b;
+}
+
+int cmd_tune(int argc, char **argv)
+{
+    const char *weights = NULL, *backend = "cpu", *mlist = "1,128,512", *budget = NULL, *logp = NULL, *shard = NULL;
+    const char *search = "auto", *fraction = NULL, *timeout = NULL, *min_time = NULL, *threads = NULL, *layer = NULL;
+    const char *configs = NULL, *arch = NULL, *seed = NULL, *pos[256];
+    int best = 0, verbose = 0, npos;
+    cli_opt opts[] = {{"weights", 1, &weights, NULL}, {"backend", 1, &backend, NULL}, {"m", 1, &mlist, NULL},
+                      {"budget", 1, &budget, NULL}, {"log", 1, &logp, NULL}, {"shard", 1, &shard, NULL},
+                      {"search", 1, &search, NULL}, {"fraction", 1, &fraction, NULL}, {"timeout", 1, &timeout, NULL},
+                      {"min-time", 1, &min_time, NULL}, {"threads", 1, &threads, NULL}, {"layer", 1, &layer, NULL},
+                      {"configs", 1, &configs, NULL}, {"arch", 1, &arch, NULL}, {"seed", 1, &seed, NULL},
+                      {"best", 0, NULL, &best}, {"v", 0, NULL, &verbose}, {"verbose", 0, NULL, &verbose}, {0}};
+    int r = cli_parse("tune", argc, argv, opts, pos, 256, &npos);
+    if (r == 2) {
+        fputs(help, stdout);
+        return 0;
+    }
+    if (r) return 1;
+    if (best) return run_best(npos, pos);
+    if (npos != 1) return cli_fail("tune", "expected one PATTERN file (see --help)");
+    if (!weights) return cli_fail("tune", "--weights is required");
+    if (!logp) return cli_fail("tune", "--log is required");
+    tj_tune_opts o = tj_tune_opts_default();
+    if (strcmp(backend, "cpu") && strcmp(backend, "cuda") && strcmp(backend, "reference"))
+        return cli_fail("tune", "--backend: '%s' cannot be tuned (cpu, cuda or reference)", backend);
+    o.backend = backend;
+    o.arch = arch;
+    int64_t ms[64];
+    int nms;
+    if (parse_ms(mlist, ms, 64, &nms)) return 1;
+    o.ms = ms;
+    o.nms = nms;
+    double d;
+    if (budget) {
+        if (cli_parse_double("tune", "budget", budget, 0, 1e9, &d)) return 1;
+        o.budget_s = d;
+    }
+    if (timeout) {
+        if (cli_parse_double("tune", "timeout", timeout, 0.1, 1e6, &d)) return 1;
+        o.timeout_s = d;
+    }
+    if (min_time) {
+        if (cli_parse_double("tune", "min-time", min_time, 0, 60, &d)) return 1;
+        o.mo.min_time_s = d;
+    }
+    if (fraction) {
+        if (cli_parse_double("tune", "fraction", fraction, 0.01, 1, &d)) return 1;
+        o.max_fraction = d;
+    }
+    int64_t v;
+    if (threads) {
+        if (cli_parse_int("tune", "threads", threads, 0, 1024, &v)) return 1;
+        o.mo.threads = (int)v;
+    }
+    if (seed) {
+        if (cli_parse_int("tune", "seed", seed, 0, INT64_MAX, &v)) return 1;
+        o.mo.seed = (uint64_t)v;
+    }
+    if (shard) {
+        int i, n, used = 0;
+        if (sscanf(shard, "%d/%d%n", &i, &n, &used) != 2 || shard[used] || n < 1 || i < 0 || i >= n)
+            return cli_fail("tune", "--shard: '%s' is not I/N with 0 <= I < N", shard);
+        o.shard = i;
+        o.nshards = n;
+    }
+    if (strcmp(search, "auto") == 0) o.strategy = TJ_TUNE_AUTO;
+    else if (strcmp(search, "exhaustive") == 0) o.strategy = TJ_TUNE_EXHAUSTIVE;
+    else if (strcmp(search, "adaptive") == 0) o.strategy = TJ_TUNE_ADAPTIVE;
+    else return cli_fail("tune", "--search: '%s' is not auto, exhaustive or adaptive", search);
+    char *cfgtext = NULL;
+    if (configs && !(cfgtext = read_file(configs))) return cli_fail("tune", "%s: cannot read the configs file", configs);
+    o.configs_json = cfgtext;
+    o.layer_filter = layer;
+    o.pattern_path = pos[0];
+    o.weights_path = weights;
+    o.log_path = logp;
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) {
+        free(cfgtext);
+        return cli_fail("tune", "cannot find the tilejit executable (/proc/self/exe) to measure with");
+    }
+    exe[n] = '\0';
+    o.exe = exe;
+    progress pg = {isatty(1), verbose, 0};
+    o.progress = on_progress;
+    o.progress_user = &pg;
+    tj_error err;
+    tj_tune_summary sum;
+    tj_status s = tj_tune_run(&o, &sum, &err);
+    if (pg.tty && pg.last_len) fputc('\n', stdout);
+    free(cfgtext);
+    if (s != TJ_OK) return cli_fail("tune", "%s", err.msg);
+    printf("tune: %lld workload(s), %lld configs each; measured %lld (%lld failed), %lld already in %s; %.1f s%s\n",
+           (long long)sum.workloads, (long long)sum.space, (long long)sum.measured, (long long)sum.failed,
+           (long long)sum.resumed, logp, sum.seconds,
+           sum.budget_hit ? "; budget reached: rerun the same command to continue" : "");
+    return 0;
+}
+
+/* ---- the measuring child --------------------------------------------------------------- */
+
+/* Test hooks, honoured only here in the child: a config key "_inject" with "compile", "wrong",
+ * "crash" or "hang" makes this config fail that way; TILEJIT_TUNE_FAKE_TIME=1 measures on the
+ * reference backend and reports a deterministic time derived from the config (for tests of the
+ * search and of sharding that must not depend on timing noise). */
+static char *strip_inject(const char *config, char *inject, size_t n)
+{
+    inject[0] = '\0';
+    json_t *o = json_loads(config, 0, NULL);
+    if (!json_is_object(o)) {
+        json_decref(o);
+        return strdup(config);
+    }
+    json_t *v = json_object_get(o, "_inject");
+    if (json_is_string(v)) snprintf(inject, n, "%s", json_string_value(v));
+    json_object_del(o, "_inject");
+    char *s = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
+    json_decref(o);
+    return s;
+}
+
+int cmd_tune_measure(int argc, char **argv)
+{
+    const char *pattern = NULL, *weights = NULL, *layer = NULL, *backend = "cpu", *mstr = NULL, *config = "{}";
+    const char *min_time = NULL, *min_reps = NULL, *max_reps = NULL, *warmup = NULL, *threads = NULL, *seed = NULL;
+    const char *pos[1];
+    int npos;
+    cli_opt opts[] = {{"pattern", 1, &pattern, NULL}, {"weights", 1, &weights, NULL}, {"layer", 1, &layer, NULL},
+                      {"backend", 1, &backend, NULL}, {"m", 1, &mstr, NULL}, {"config", 1, &config, NULL},
+                      {"min-time", 1, &min_time, NULL}, {"min-reps", 1, &min_reps, NULL},
+                      {"max-reps", 1, &max_reps, NULL}, {"warmup", 1, &warmup, NULL}, {"threads", 1, &threads, NULL},
+                      {"seed", 1, &seed, NULL}, {0}};
+    if (cli_parse("__tune-measure", argc, argv, opts, pos, 0, &npos)) return 1;
+    if (!pattern || !weights || !layer || !mstr) return cli_fail("__tune-measure", "--pattern, --weights, --layer and --m are required");
+    tj_tune_measure_opts mo = tj_tune_measure_defaults();
+    int64_t m, v;
+    double d;
+    if (cli_parse_int("__tune-measure", "m", mstr, 1, 1 << 24, &m)) return 1;
+    if (min_time && !cli_parse_double("__tune-measure", "min-time", min_time, 0, 60, &d)) mo.min_time_s = d;
+    if (warmup && !cli_parse_double("__tune-measure", "warmup", warmup, 0, 60, &d)) mo.warmup_s = d;
+    if (min_reps && !cli_parse_int("__tune-measure", "min-reps", min_reps, 1, 1 << 20, &v)) mo.min_reps = (int)v;
+    if (max_reps && !cli_parse_int("__tune-measure", "max-reps", max_reps, 1, 1 << 20, &v)) mo.max_reps = (int)v;
+    if (threads && !cli_parse_int("__tune-measure", "threads", threads, 0, 1024, &v)) mo.threads = (int)v;
+    if (seed && !cli_parse_int("__tune-measure", "seed", seed, 0, INT64_MAX, &v)) mo.seed = (uint64_t)v;
+    tj_backend b;
+    if (cli_parse_backend("__tune-measure", backend, &b)) return 1;
+    const char *fake = getenv("TILEJIT_TUNE_FAKE_TIME");
+    int faking = fake && *fake && strcmp(fake, "0") != 0;
+    if (faking) b = TJ_BACKEND_REFERENCE;
+
+    char inject[32];
+    char *cfg = strip_inject(config, inject, sizeof inject);
+    if (!cfg) return cli_fail("__tune-measure", "out of memory");
+    tj_tune_record r;
+    memset(&r, 0, sizeof r);
+    tj_error err;
+    tj_status s = TJ_OK;
+    if (strcmp(inject, "crash") == 0) {
+        signal(SIGSEGV, SIG_DFL);
+        raise(SIGSEGV);
+    } else if (strcmp(inject, "hang") == 0) {
+        for (;;) pause();
+    }
+    if (strcmp(inject, "compile") == 0) {
+        r.status = TJ_TUNE_COMPILE_ERROR;
+        r.median = INFINITY;
+        r.error = strdup("injected compile failure (_inject)");
+    } else {
+        mo.perturb = strcmp(inject, "wrong") == 0;
+        s = tj_tune_measure_layer(pattern, weights, layer, b, cfg, m, &mo, &r, &err);
+    }
+    if (s == TJ_OK && faking && r.status == TJ_TUNE_OK) {
+        uint64_t h = 0xcbf29ce484222325ull;
+        for (const char *p = cfg; *p; p++) h = (h ^ (unsigned char)*p) * 0x100000001b3ull;
+        h = (h ^ (uint64_t)m) * 0x100000001b3ull;
+        r.median = 1e-3 * (1.0 + (double)(h % 1000003) / 1000003.0);
+        for (int i = 0; i < r.ntimes; i++) r.times[i] = r.median;
+    }
+    free(cfg);
+    if (s != TJ_OK) {
+        tj_tune_record_free(&r);
+        return cli_fail("__tune-measure", "%s", err.msg);
+    }
+    char *out = tj_tune_result_to_json(&r);
+    tj_tune_record_free(&r);
+    if (!out) return cli_fail("__tune-measure", "out of memory");
+    printf("%s\n", out);
+    free(out);
+    return fflush(stdout) == 0 ? 0 : 1;
+}
