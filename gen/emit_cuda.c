@@ -1,0 +1,628 @@
+/* Stage 4 (GPU) of parse → validate → plan → emit: fills the CUDA C templates of templates/ from a
+ * layer, its plan and a tj_cuda_config. Also the config's JSON form, the launch geometry and the
+ * host-side packing of the kernel ABI (gen/emit_cuda.h). */
+#include "emit_cuda.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "../templates/embedded.h"
+#include "tj_config.h"
+
+/* Unrolled offsets: chunks per generated function (bounds one function's size; NVRTC's time grows
+ * faster than linearly with it), and __constant__ budget before tables move to global memory. */
+#define UNROLL_CHUNKS_PER_FN 64
+#define CONST_ITEMS_MAX 32768
+#define CONST_TOTAL_MAX (65536 - 2048)
+
+static int is_pow2(int v) { return v > 0 && (v & (v - 1)) == 0; }
+
+static int pow2_ceil(int64_t v)
+{
+    int p = 1;
+    while (p < v && p < (1 << 30)) p <<= 1;
+    return p;
+}
+
+static const char *template_name(tj_cuda_template t) { return t == TJ_CUDA_TEMPLATE_MMA ? "mma" : "simt"; }
+static const char *offsets_name(tj_cuda_offsets o) { return o == TJ_CUDA_OFFSETS_UNROLLED ? "unrolled" : "table"; }
+static const char *dtype_json(tj_dtype d) { return d == TJ_F32 ? "f32" : d == TJ_F16 ? "f16" : "bf16"; }
+
+static const char *layout_name(const tj_cuda_config *c)
+{
+    if (c->x_fm && c->y_fm) return "fm";
+    if (!c->x_fm && !c->y_fm) return "rm";
+    return c->x_fm ? "fm_rm" : "rm_fm";
+}
+
+tj_cuda_config tj_cuda_config_default(const tj_layer *l)
+{
+    tj_cuda_config c;
+    memset(&c, 0, sizeof c);
+    c.tmpl = TJ_CUDA_TEMPLATE_MMA;
+    c.bm = 128;
+    int64_t g = l ? l->g : 128;
+    c.bn = pow2_ceil(g < 16 ? 16 : g > 128 ? 128 : g);
+    c.bk = 32;
+    c.warps = c.bn >= 64 ? 8 : 4;
+    c.stages = 3;
+    c.offsets = TJ_CUDA_OFFSETS_TABLE;
+    c.dtype = TJ_F16;
+    c.out = TJ_F32;
+    c.x_fm = c.y_fm = 1;
+    return c;
+}
+
+void tj_cuda_warp_split(const tj_cuda_config *c, int *warps_n, int *warps_m)
+{
+    int best_n = 0, best_m = 0, best_d = -1;
+    if (c->tmpl == TJ_CUDA_TEMPLATE_MMA && is_pow2(c->warps)) {
+        for (int wn = 1; wn <= c->warps; wn *= 2) {
+            int wm = c->warps / wn;
+            if (c->bn % (16 * wn) || c->bm % (16 * wm)) continue;
+            int a = c->bn / wn, b = c->bm / wm, d = a > b ? a - b : b - a;
+            if (best_d < 0 || d <= best_d) { best_d = d; best_n = wn; best_m = wm; }
+        }
+    }
+    *warps_n = best_n;
+    *warps_m = best_m;
+}
+
+int64_t tj_cuda_smem_bytes(const tj_cuda_config *c)
+{
+    if (c->tmpl != TJ_CUDA_TEMPLATE_MMA) return 0;
+    return (int64_t)c->stages * c->bk * ((c->bn + 8) + (c->bm + 8)) * 2;
+}
+
+int64_t tj_cuda_arch_smem_limit(int sm)
+{
+    switch (sm) {
+    case 80: case 87: return 163 * 1024;
+    case 86: case 89: return 99 * 1024;
+    case 90: case 100: return 227 * 1024;
+    default: return 99 * 1024;
+    }
+}
+
+tj_status tj_cuda_config_check(const tj_cuda_config *c, tj_error *err)
+{
+    if (c->dtype != TJ_F16 && c->dtype != TJ_BF16)
+        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cuda config: dtype must be f16 or bf16");
+    if (c->bk != 16 && c->bk != 32 && c->bk != 64)
+        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cuda config: bk %d must be 16, 32 or 64", c->bk);
+    if (!is_pow2(c->warps) || c->warps > 16)
+        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cuda config: warps %d must be 1, 2, 4, 8 or 16", c->warps);
+    if (!is_pow2(c->bn) || c->bn < 16 || c->bn > 256)
+        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cuda config: bn %d must be a power of 2 in [16, 256]", c->bn);
+    int threads = 32 * c->warps;
+    if (c->tmpl == TJ_CUDA_TEMPLATE_MMA) {
+        if (!is_pow2(c->bm) || c->bm < 16 || c->bm > 256)
+            return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cuda config (mma): bm %d must be a power of 2 in [16, 256]", c->bm);
+        if (c->stages < 2 || c->stages > 6)
+            return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cuda config (mma): stages %d must be in [2, 6]", c->stages);
+        int wn, wm;
+        tj_cuda_warp_split(c, &wn, &wm);
+        if (!wn)
+            return tj_fail(err, TJ_ERR_INVALID_ARGUMENT,
+                           "cuda config (mma): %d warps cannot split %d features x %d tokens into warp tiles of multiples of 16",
+                           c->warps, c->bn, c->bm);
+        int acc = (c->bn / wn / 16) * (c->bm / wm / 8) * 4;
+        if (acc > 128)
+            return tj_fail(err, TJ_ERR_INVALID_ARGUMENT,
+                           "cuda config (mma): %d accumulators per thread (bn %d x bm %d over %d warps) exceed 128; use more warps",
+                           acc, c->bn, c->bm, c->warps);
+        if (threads < c->bm / 8)
+            return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cuda config (mma): bm %d needs at least %d threads", c->bm, c->bm / 8);
+    } else if (c->tmpl == TJ_CUDA_TEMPLATE_SIMT) {
+        if (!is_pow2(c->bm) || c->bm > threads)
+            return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cuda config (simt): bm %d must be a power of 2 <= %d threads", c->bm, threads);
+        int fg = threads / c->bm;
+        if (c->bn % fg || c->bn / fg > 64)
+            return tj_fail(err, TJ_ERR_INVALID_ARGUMENT,
+                           "cuda config (simt): bn %d must be a multiple of %d (threads / bm) and at most 64 of them", c->bn, fg);
+    } else {
+        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cuda config: unknown template %d", (int)c->tmpl);
+    }
+    return TJ_OK;
+}
+
+void tj_cuda_config_to_json(const tj_cuda_config *c, tj_strbuf *sb)
+{
+    tj_sb_printf(sb,
+                 "{\"template\":\"%s\",\"bm\":%d,\"bn\":%d,\"bk\":%d,\"warps\":%d,\"stages\":%d,"
+                 "\"offsets\":\"%s\",\"dtype\":\"%s\",\"out\":\"%s\",\"layout\":\"%s\"}",
+                 template_name(c->tmpl), c->bm, c->bn, c->bk, c->warps, c->stages, offsets_name(c->offsets),
+                 dtype_json(c->dtype), dtype_json(c->out), layout_name(c));
+}
+
+static tj_status json_int(json_t *v, const char *key, int *out, tj_error *err)
+{
+    if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 4096)
+        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cuda config: '%s' must be an integer in [0, 4096]", key);
+    *out = (int)json_integer_value(v);
+    return TJ_OK;
+}
+
+static tj_status json_enum(json_t *v, const char *key, const char *const *names, int nnames, int *out, tj_error *err)
+{
+    const char *s = json_string_value(v);
+    for (int i = 0; s && i < nnames; i++)
+        if (strcmp(s, names[i]) == 0) { *out = i; return TJ_OK; }
+    tj_strbuf sb;
+    tj_sb_init(&sb);
+    for (int i = 0; i < nnames; i++) tj_sb_printf(&sb, "%s%s", i ? ", " : "", names[i]);
+    tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cuda config: '%s' is %s%s%s; expected one of %s", key, s ? "'" : "",
+            s ? s : "not a string", s ? "'" : "", sb.data ? sb.data : "");
+    tj_sb_free(&sb);
+    return TJ_ERR_INVALID_ARGUMENT;
+}
+
+tj_status tj_cuda_config_from_json(const char *text, tj_cuda_config *c, tj_error *err)
+{
+    json_error_t je;
+    json_t *root = json_loads(text, 0, &je);
+    if (!root) return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cuda config: bad JSON at line %d column %d: %s", je.line, je.column, je.text);
+    tj_status st = TJ_OK;
+    if (!json_is_object(root)) {
+        st = tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cuda config: expected a JSON object");
+        goto done;
+    }
+    static const char *const templates[] = {"simt", "mma"};
+    static const char *const offsets[] = {"table", "unrolled"};
+    static const char *const dtypes[] = {"f32", "f16", "bf16"};
+    static const char *const layouts[] = {"fm", "rm", "rm_fm", "fm_rm"};
+    const char *key;
+    json_t *v;
+    json_object_foreach(root, key, v) {
+        int e = 0;
+        if (strcmp(key, "template") == 0) { if ((st = json_enum(v, key, templates, 2, &e, err))) goto done; c->tmpl = (tj_cuda_template)e; }
+        else if (strcmp(key, "bm") == 0) st = json_int(v, key, &c->bm, err);
+        else if (strcmp(key, "bn") == 0) st = json_int(v, key, &c->bn, err);
+        else if (strcmp(key, "bk") == 0) st = json_int(v, key, &c->bk, err);
+        else if (strcmp(key, "warps") == 0) st = json_int(v, key, &c->warps, err);
+        else if (strcmp(key, "stages") == 0) st = json_int(v, key, &c->stages, err);
+        else if (strcmp(key, "offsets") == 0) { if ((st = json_enum(v, key, offsets, 2, &e, err))) goto done; c->offsets = (tj_cuda_offsets)e; }
+        else if (strcmp(key, "dtype") == 0) { if ((st = json_enum(v, key, dtypes + 1, 2, &e, err))) goto done; c->dtype = (tj_dtype)(e + 1); }
+        else if (strcmp(key, "out") == 0) { if ((st = json_enum(v, key, dtypes, 3, &e, err))) goto done; c->out = (tj_dtype)e; }
+        else if (strcmp(key, "layout") == 0) {
+            if ((st = json_enum(v, key, layouts, 4, &e, err))) goto done;
+            c->x_fm = e == 0 || e == 3;
+            c->y_fm = e == 0 || e == 2;
+        } else {
+            st = tj_fail(err, TJ_ERR_INVALID_ARGUMENT,
+                         "cuda config: unknown key '%s' (template, bm, bn, bk, warps, stages, offsets, dtype, out, layout)", key);
+        }
+        if (st) goto done;
+    }
+    st = tj_cuda_config_check(c, err);
+done:
+    json_decref(root);
+    return st;
+}
+
+/* ---- layout: the items and packed kept-row words baked into the module ---- */
+
+void tj_cuda_layout_free(tj_cuda_layout *lay)
+{
+    if (!lay) return;
+    free(lay->items);
+    free(lay->words);
+    memset(lay, 0, sizeof *lay);
+}
+
+tj_status tj_cuda_layout_build(const tj_layer *l, const tj_plan *p, const tj_cuda_config *c,
+                               tj_cuda_layout *out, tj_error *err)
+{
+    memset(out, 0, sizeof *out);
+    out->ofs_bits = l->k <= 65536 ? 16 : 32;
+    out->words_per_chunk = c->bk / (64 / out->ofs_bits);
+    int64_t nitems = 0, nchunks = 0;
+    for (int64_t t = 0; t < l->ntiles; t++) {
+        nitems += (tj_tile_width(l, t) + c->bn - 1) / c->bn;
+        nchunks += (tj_tile_nrows(l, t) + c->bk - 1) / c->bk;
+    }
+    if (nitems > INT32_MAX / 2 || nchunks > INT32_MAX / 64 || l->ncols > INT32_MAX)
+        return tj_fail(err, TJ_ERR_UNSUPPORTED, "layer '%s': too many tiles for the CUDA kernels", l->name);
+    out->items = calloc((size_t)(nitems ? nitems : 1), sizeof *out->items);
+    out->words = calloc((size_t)(nchunks ? nchunks : 1) * (size_t)out->words_per_chunk, sizeof *out->words);
+    if (!out->items || !out->words) {
+        tj_cuda_layout_free(out);
+        return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "layer '%s': out of memory emitting CUDA", l->name);
+    }
+    int per = 64 / out->ofs_bits;
+    int64_t ii = 0, cc = 0;
+    for (int64_t oi = 0; oi < l->ntiles; oi++) {
+        int64_t t = p->order[oi];
+        int64_t nr = tj_tile_nrows(l, t), tw = tj_tile_width(l, t);
+        const int32_t *rows = l->tile_rows + l->tile_ptr[t];
+        for (int64_t part = 0; part * c->bn < tw; part++) {
+            tj_cuda_item *it = &out->items[ii++];
+            it->wofs = p->off[t];
+            it->ld = (int32_t)p->ld[t];
+            it->nrows = (int32_t)nr;
+            it->fbase = (int32_t)(t * l->g + part * c->bn);
+            it->width = (int32_t)(tw - part * c->bn < c->bn ? tw - part * c->bn : c->bn);
+            it->wcol = (int32_t)(part * c->bn);
+            it->cbase = (int32_t)cc;
+            it->tile = (int32_t)t;
+        }
+        for (int64_t r = 0; r < nr; r++) {
+            int64_t chunk = cc + r / c->bk, lr = r % c->bk;
+            out->words[chunk * out->words_per_chunk + lr / per] |= (uint64_t)(uint32_t)rows[r] << ((lr % per) * out->ofs_bits);
+        }
+        cc += (nr + c->bk - 1) / c->bk;
+    }
+    out->nitems = nitems;
+    out->nchunks = nchunks;
+    return TJ_OK;
+}
+
+/* ---- geometry ---- */
+
+static int64_t count_ew_rows(const tj_layer *l)
+{
+    int64_t rows = 0;
+    if (l->ew_indptr)
+        for (int64_t n = 0; n < l->n; n++) rows += l->ew_indptr[n + 1] > l->ew_indptr[n];
+    return rows;
+}
+
+static int64_t count_items(const tj_layer *l, int bn)
+{
+    int64_t items = 0;
+    for (int64_t t = 0; t < l->ntiles; t++) items += (tj_tile_width(l, t) + bn - 1) / bn;
+    return items;
+}
+
+static tj_status add_launch(tj_cuda_launch *o, const char *kernel, int64_t blocks, int threads, int64_t smem,
+                            tj_error *err)
+{
+    if (blocks > INT32_MAX)
+        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "%s: %lld blocks exceed the grid limit; use a larger bm or fewer tokens",
+                       kernel, (long long)blocks);
+    memset(o, 0, sizeof *o);
+    o->kernel = kernel;
+    o->grid[0] = (uint32_t)blocks;
+    o->grid[1] = o->grid[2] = 1;
+    o->block[0] = (uint32_t)threads;
+    o->block[1] = o->block[2] = 1;
+    o->smem = (uint32_t)smem;
+    return TJ_OK;
+}
+
+tj_status tj_cuda_geometry(const tj_layer *l, const tj_cuda_config *c, int64_t m,
+                           tj_cuda_launch out[TJ_CUDA_MAX_LAUNCHES], int *count, tj_error *err)
+{
+    *count = 0;
+    TJ_TRY(tj_cuda_config_check(c, err));
+    if (m < 0 || m > INT32_MAX) return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "M = %lld is out of range", (long long)m);
+    if (m == 0) return TJ_OK;
+    int64_t nitems = count_items(l, c->bn), n_fill = l->n - l->ncols, n_ew = count_ew_rows(l);
+    int64_t aux_mb = (m + TJ_CUDA_AUX_THREADS - 1) / TJ_CUDA_AUX_THREADS;
+    if (nitems > 0)
+        TJ_TRY(add_launch(&out[(*count)++], "tj_tiles", nitems * ((m + c->bm - 1) / c->bm), 32 * c->warps,
+                          tj_cuda_smem_bytes(c), err));
+    if (n_fill > 0) TJ_TRY(add_launch(&out[(*count)++], "tj_fill", n_fill * aux_mb, TJ_CUDA_AUX_THREADS, 0, err));
+    if (n_ew > 0) TJ_TRY(add_launch(&out[(*count)++], "tj_ew", n_ew * aux_mb, TJ_CUDA_AUX_THREADS, 0, err));
+    return TJ_OK;
+}
+
+/* ---- host packing ---- */
+
+void tj_cuda_host_data_free(tj_cuda_host_data *d)
+{
+    if (!d) return;
+    free(d->w);
+    free(d->bias);
+    free(d->cols);
+    free(d->fill_rows);
+    free(d->ew_ptr);
+    free(d->ew_idx);
+    free(d->ew_rows);
+    free(d->ew_val);
+    memset(d, 0, sizeof *d);
+}
+
+static void *xcalloc(int64_t n, size_t size) { return calloc((size_t)(n > 0 ? n : 1), size); }
+
+tj_status tj_cuda_pack(const tj_layer *l, const tj_cuda_config *c, const void *w, tj_dtype wdt,
+                       const void *bias, tj_dtype bdt, tj_cuda_host_data *out, tj_error *err)
+{
+    memset(out, 0, sizeof *out);
+    if (l->ew_nnz > INT32_MAX) return tj_fail(err, TJ_ERR_UNSUPPORTED, "layer '%s': too many ew entries for the CUDA kernels", l->name);
+    tj_plan plan;
+    TJ_TRY(tj_plan_build(l, TJ_CUDA_PACK_PAD, &plan, err));
+    out->w_elems = plan.packed_elems;
+    out->w = xcalloc(plan.packed_elems, sizeof *out->w);
+    out->ncols = l->ncols;
+    out->n_fill = l->n - l->ncols;
+    if (bias) out->bias = xcalloc(l->n, sizeof *out->bias);
+    if (l->cols) out->cols = xcalloc(l->ncols, sizeof *out->cols);
+    if (out->n_fill) out->fill_rows = xcalloc(out->n_fill, sizeof *out->fill_rows);
+    if (l->ew_indptr && l->ew_nnz) {
+        out->ew_nnz = l->ew_nnz;
+        out->n_ew_rows = count_ew_rows(l);
+        out->ew_ptr = xcalloc(l->n + 1, sizeof *out->ew_ptr);
+        out->ew_idx = xcalloc(l->ew_nnz, sizeof *out->ew_idx);
+        out->ew_val = xcalloc(l->ew_nnz, sizeof *out->ew_val);
+        out->ew_rows = xcalloc(out->n_ew_rows, sizeof *out->ew_rows);
+    }
+    if (!out->w || (bias && !out->bias) || (l->cols && !out->cols) || (out->n_fill && !out->fill_rows) ||
+        (out->ew_nnz && (!out->ew_ptr || !out->ew_idx || !out->ew_val || !out->ew_rows))) {
+        tj_plan_free(&plan);
+        tj_cuda_host_data_free(out);
+        return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "layer '%s': out of memory packing weights", l->name);
+    }
+    tj_plan_pack_16(&plan, w, wdt, c->dtype, out->w);
+    tj_plan_free(&plan);
+    if (bias)
+        for (int64_t n = 0; n < l->n; n++) out->bias[n] = tj_load_f32(bias, bdt, n);
+    if (l->cols) {
+        int64_t j = 0, f = 0;
+        for (int64_t n = 0; n < l->n; n++) {
+            if (j < l->ncols && l->cols[j] == n) out->cols[j++] = (int32_t)n;
+            else out->fill_rows[f++] = (int32_t)n;
+        }
+    }
+    if (out->ew_nnz) {
+        int64_t r = 0;
+        for (int64_t n = 0; n <= l->n; n++) out->ew_ptr[n] = (int32_t)l->ew_indptr[n];
+        for (int64_t n = 0; n < l->n; n++) {
+            if (l->ew_indptr[n + 1] > l->ew_indptr[n]) out->ew_rows[r++] = (int32_t)n;
+            for (int64_t j = l->ew_indptr[n]; j < l->ew_indptr[n + 1]; j++) {
+                out->ew_idx[j] = l->ew_indices[j];
+                out->ew_val[j] = tj_load_f32(w, wdt, n * l->k + l->ew_indices[j]);
+            }
+        }
+    }
+    return TJ_OK;
+}
+
+/* ---- templates ---- */
+
+tj_status tj_cuda_template_text(const char *name, char **out, tj_error *err)
+{
+    *out = NULL;
+    const char *dir = getenv("TILEJIT_TEMPLATE_DIR");
+    if (dir && *dir) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, name);
+        FILE *f = fopen(path, "rb");
+        if (!f) return tj_fail(err, TJ_ERR_IO, "template '%s' (TILEJIT_TEMPLATE_DIR): %s", path, strerror(errno));
+        tj_strbuf sb;
+        tj_sb_init(&sb);
+        char buf[8192];
+        size_t n;
+        while ((n = fread(buf, 1, sizeof buf, f)) > 0) tj_sb_append(&sb, buf, n);
+        int bad = ferror(f);
+        fclose(f);
+        if (bad) {
+            tj_sb_free(&sb);
+            return tj_fail(err, TJ_ERR_IO, "template '%s': read error", path);
+        }
+        *out = tj_sb_take(&sb);
+        return *out ? TJ_OK : tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "template '%s': out of memory", path);
+    }
+    for (size_t i = 0; i < tj_embedded_template_count; i++) {
+        if (strcmp(tj_embedded_templates[i].name, name) != 0) continue;
+        *out = malloc(tj_embedded_templates[i].len + 1);
+        if (!*out) return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "template '%s': out of memory", name);
+        memcpy(*out, tj_embedded_templates[i].text, tj_embedded_templates[i].len);
+        (*out)[tj_embedded_templates[i].len] = '\0';
+        return TJ_OK;
+    }
+    return tj_fail(err, TJ_ERR_INTERNAL, "template '%s' is not embedded in this build", name);
+}
+
+typedef struct hole {
+    const char *name;
+    const char *value;
+} hole;
+
+/* Appends template `name` with every {{HOLE}} replaced; an unknown hole is an error. */
+static tj_status fill_template(tj_strbuf *sb, const char *name, const hole *holes, int nholes, tj_error *err)
+{
+    char *text;
+    TJ_TRY(tj_cuda_template_text(name, &text, err));
+    const char *p = text;
+    tj_status st = TJ_OK;
+    for (;;) {
+        const char *open = strstr(p, "{{");
+        if (!open) { tj_sb_puts(sb, p); break; }
+        const char *close = strstr(open + 2, "}}");
+        if (!close) { st = tj_fail(err, TJ_ERR_INTERNAL, "template '%s': unterminated '{{'", name); break; }
+        tj_sb_append(sb, p, (size_t)(open - p));
+        size_t len = (size_t)(close - open - 2);
+        int found = 0;
+        for (int i = 0; i < nholes; i++)
+            if (strlen(holes[i].name) == len && strncmp(holes[i].name, open + 2, len) == 0) {
+                tj_sb_puts(sb, holes[i].value);
+                found = 1;
+                break;
+            }
+        if (!found) {
+            st = tj_fail(err, TJ_ERR_INTERNAL, "template '%s': unknown hole {{%.*s}}", name, (int)len, open + 2);
+            break;
+        }
+        p = close + 2;
+    }
+    free(text);
+    return st;
+}
+
+/* ---- emission of the generated blocks ---- */
+
+static void emit_items(tj_strbuf *sb, const tj_cuda_layout *lay)
+{
+    int64_t bytes = lay->nitems * 32;
+    const char *space = bytes <= CONST_ITEMS_MAX ? "__constant__" : "__device__ const";
+    if (lay->nitems == 0) {
+        tj_sb_line(sb, "static __constant__ tj_item tj_items[1] = {{0, 0, 0, 0, 0, 0, 0}}; /* no tiles */");
+        return;
+    }
+    tj_sb_line(sb, "/* {wofs, ld, nrows, fbase, width, wcol, cbase} */");
+    tj_sb_line(sb, "static %s tj_item tj_items[%lld] = {", space, (long long)lay->nitems);
+    for (int64_t i = 0; i < lay->nitems; i++) {
+        const tj_cuda_item *it = &lay->items[i];
+        tj_sb_line(sb, "    {%lld, %d, %d, %d, %d, %d, %d}, /* tile %d */", (long long)it->wofs, it->ld, it->nrows,
+                   it->fbase, it->width, it->wcol, it->cbase, it->tile);
+    }
+    tj_sb_line(sb, "};");
+}
+
+static void emit_table(tj_strbuf *sb, const tj_cuda_layout *lay)
+{
+    int wpc = lay->words_per_chunk;
+    int64_t words = lay->nchunks * wpc;
+    int64_t items_const = lay->nitems * 32 <= CONST_ITEMS_MAX ? lay->nitems * 32 : 0;
+    const char *space = words * 8 + items_const <= CONST_TOTAL_MAX ? "__constant__" : "__device__ const";
+    if (lay->nchunks == 0) {
+        tj_sb_line(sb, "static __device__ __forceinline__ tj_ofs tj_chunk_ofs(int c)");
+        tj_sb_line(sb, "{\n    (void)c;\n    tj_ofs o;\n#pragma unroll\n    for (int i = 0; i < TJ_OFS_WORDS; ++i) o.w[i] = 0ull;\n    return o;\n}");
+        return;
+    }
+    tj_sb_line(sb, "/* chunk c: words [c * TJ_OFS_WORDS, (c + 1) * TJ_OFS_WORDS), read once per chunk */");
+    tj_sb_line(sb, "static %s unsigned long long tj_ofs_tab[%lld] = {", space, (long long)words);
+    for (int64_t c = 0; c < lay->nchunks; c++) {
+        tj_sb_printf(sb, "    /* c%lld */", (long long)c);
+        for (int i = 0; i < wpc; i++) tj_sb_printf(sb, " 0x%016llxull,", (unsigned long long)lay->words[c * wpc + i]);
+        tj_sb_puts(sb, "\n");
+    }
+    tj_sb_line(sb, "};");
+    tj_sb_line(sb, "static __device__ __forceinline__ tj_ofs tj_chunk_ofs(int c)");
+    tj_sb_line(sb, "{");
+    tj_sb_line(sb, "    tj_ofs o;");
+    tj_sb_line(sb, "#pragma unroll");
+    tj_sb_line(sb, "    for (int i = 0; i < TJ_OFS_WORDS; ++i) o.w[i] = tj_ofs_tab[c * TJ_OFS_WORDS + i];");
+    tj_sb_line(sb, "    return o;");
+    tj_sb_line(sb, "}");
+}
+
+static void emit_unrolled(tj_strbuf *sb, const tj_cuda_layout *lay)
+{
+    int wpc = lay->words_per_chunk;
+    int64_t nfn = (lay->nchunks + UNROLL_CHUNKS_PER_FN - 1) / UNROLL_CHUNKS_PER_FN;
+    tj_sb_line(sb, "/* Kept-row indices as 64-bit immediates (inline asm keeps them out of data tables),");
+    tj_sb_line(sb, " * %d chunks per function so that no function grows without bound. */", UNROLL_CHUNKS_PER_FN);
+    tj_sb_line(sb, "#define TJ_IMM(i, v) asm(\"mov.b64 %%0, \" #v \";\" : \"=l\"(o.w[i]))");
+    for (int64_t f = 0; f < nfn; f++) {
+        int64_t c0 = f * UNROLL_CHUNKS_PER_FN, c1 = c0 + UNROLL_CHUNKS_PER_FN;
+        if (c1 > lay->nchunks) c1 = lay->nchunks;
+        tj_sb_line(sb, "static __device__ __noinline__ tj_ofs tj_ofs_fn%lld(int c)", (long long)f);
+        tj_sb_line(sb, "{");
+        tj_sb_line(sb, "    tj_ofs o;");
+        tj_sb_line(sb, "    switch (c) {");
+        for (int64_t c = c0; c < c1; c++) {
+            tj_sb_printf(sb, "    case %lld:", (long long)(c - c0));
+            for (int i = 0; i < wpc; i++)
+                tj_sb_printf(sb, "%s TJ_IMM(%d, 0x%016llx);", i && i % 4 == 0 ? "\n           " : "", i,
+                             (unsigned long long)lay->words[c * wpc + i]);
+            tj_sb_puts(sb, " break;\n");
+        }
+        tj_sb_line(sb, "    default:");
+        tj_sb_line(sb, "#pragma unroll");
+        tj_sb_line(sb, "        for (int i = 0; i < TJ_OFS_WORDS; ++i) o.w[i] = 0ull;");
+        tj_sb_line(sb, "    }");
+        tj_sb_line(sb, "    return o;");
+        tj_sb_line(sb, "}");
+    }
+    tj_sb_line(sb, "static __device__ __forceinline__ tj_ofs tj_chunk_ofs(int c)");
+    tj_sb_line(sb, "{");
+    for (int64_t f = 0; f < nfn; f++)
+        tj_sb_line(sb, "    if (c < %lld) return tj_ofs_fn%lld(c - %lld);", (long long)((f + 1) * UNROLL_CHUNKS_PER_FN),
+                   (long long)f, (long long)(f * UNROLL_CHUNKS_PER_FN));
+    tj_sb_line(sb, "    tj_ofs o;");
+    tj_sb_line(sb, "#pragma unroll");
+    tj_sb_line(sb, "    for (int i = 0; i < TJ_OFS_WORDS; ++i) o.w[i] = 0ull;");
+    tj_sb_line(sb, "    return o;");
+    tj_sb_line(sb, "}");
+}
+
+static void emit_banner(tj_strbuf *sb, const tj_layer *l, const tj_cuda_config *c, const tj_cuda_layout *lay)
+{
+    tj_sb_printf(sb, "/* Generated by tilejit %s (%s, kernel ABI %d). Do not edit.\n", TJ_VERSION, TJ_CUDA_GEN_VERSION,
+                 TJ_CUDA_ABI_VERSION);
+    tj_sb_printf(sb, " * pattern hash 0x%016llx: n=%lld k=%lld g=%lld kept_cols=%lld tiles=%lld kept_rows=%lld ew=%lld act=%s\n",
+                 (unsigned long long)l->hash, (long long)l->n, (long long)l->k, (long long)l->g, (long long)l->ncols,
+                 (long long)l->ntiles, (long long)(l->ntiles ? l->tile_ptr[l->ntiles] : 0), (long long)l->ew_nnz,
+                 tj_activation_name(l->act));
+    tj_sb_puts(sb, " * config ");
+    tj_cuda_config_to_json(c, sb);
+    tj_sb_printf(sb, "\n * work items %lld, chunks %lld, %d-bit row indices */", (long long)lay->nitems,
+                 (long long)lay->nchunks, lay->ofs_bits);
+}
+
+tj_status tj_cuda_emit(const tj_layer *l, const tj_cuda_config *c, char **out, tj_error *err)
+{
+    *out = NULL;
+    TJ_TRY(tj_cuda_config_check(c, err));
+    tj_plan plan;
+    TJ_TRY(tj_plan_build(l, TJ_CUDA_PACK_PAD, &plan, err));
+    tj_cuda_layout lay;
+    tj_status st = tj_cuda_layout_build(l, &plan, c, &lay, err);
+    tj_plan_free(&plan);
+    if (st) return st;
+
+    tj_strbuf banner, items, offs, sb, ew;
+    tj_sb_init(&banner);
+    tj_sb_init(&items);
+    tj_sb_init(&offs);
+    tj_sb_init(&sb);
+    tj_sb_init(&ew);
+    emit_banner(&banner, l, c, &lay);
+    emit_items(&items, &lay);
+    if (c->offsets == TJ_CUDA_OFFSETS_UNROLLED) emit_unrolled(&offs, &lay);
+    else emit_table(&offs, &lay);
+
+    int wn = 1, wm = 1;
+    if (c->tmpl == TJ_CUDA_TEMPLATE_MMA) tj_cuda_warp_split(c, &wn, &wm);
+    char v_bm[16], v_bn[16], v_bk[16], v_st[16], v_th[16], v_wn[16], v_wm[16], v_ni[24], v_ob[8];
+    snprintf(v_bm, sizeof v_bm, "%d", c->bm);
+    snprintf(v_bn, sizeof v_bn, "%d", c->bn);
+    snprintf(v_bk, sizeof v_bk, "%d", c->bk);
+    snprintf(v_st, sizeof v_st, "%d", c->tmpl == TJ_CUDA_TEMPLATE_MMA ? c->stages : 1);
+    snprintf(v_th, sizeof v_th, "%d", 32 * c->warps);
+    snprintf(v_wn, sizeof v_wn, "%d", wn);
+    snprintf(v_wm, sizeof v_wm, "%d", wm);
+    snprintf(v_ni, sizeof v_ni, "%lld", (long long)lay.nitems);
+    snprintf(v_ob, sizeof v_ob, "%d", lay.ofs_bits);
+    const char *out_kind = c->out == TJ_F32 ? "0" : c->out == TJ_F16 ? "1" : "2";
+    const char *act = l->act == TJ_ACT_RELU ? "1" : l->act == TJ_ACT_GELU ? "2" : "0";
+    int has_ew = l->ew_indptr && l->ew_nnz > 0;
+    hole holes[] = {
+        {"BANNER", banner.data ? banner.data : ""},
+        {"BM", v_bm}, {"BN", v_bn}, {"BK", v_bk}, {"STAGES", v_st}, {"THREADS", v_th},
+        {"WARPS_N", v_wn}, {"WARPS_M", v_wm},
+        {"IN_BF16", c->dtype == TJ_BF16 ? "1" : "0"}, {"OUT_KIND", out_kind},
+        {"X_FM", c->x_fm ? "1" : "0"}, {"Y_FM", c->y_fm ? "1" : "0"},
+        {"ACT", act}, {"HAS_COLS", l->cols ? "1" : "0"}, {"HAS_EW", has_ew ? "1" : "0"},
+        {"NITEMS", v_ni}, {"OFS_BITS", v_ob}, {"OFFSET_MODE", offsets_name(c->offsets)},
+        {"ITEMS", items.data ? items.data : ""}, {"OFFSETS", offs.data ? offs.data : ""},
+        {"EW_KERNEL", ""},
+    };
+    int nholes = (int)(sizeof holes / sizeof *holes);
+    if (banner.oom || items.oom || offs.oom) { st = tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory emitting CUDA"); goto done; }
+    if ((st = fill_template(&sb, "prelude.cu", holes, nholes, err))) goto done;
+    tj_sb_puts(&sb, "\n");
+    if ((st = fill_template(&sb, c->tmpl == TJ_CUDA_TEMPLATE_MMA ? "tiles_mma.cu" : "tiles_simt.cu", holes, nholes, err)))
+        goto done;
+    tj_sb_puts(&sb, "\n");
+    if (has_ew && (st = fill_template(&ew, "ew.cu", holes, nholes, err))) goto done;
+    holes[nholes - 1].value = ew.data ? ew.data : "";
+    if ((st = fill_template(&sb, "fill_ew.cu", holes, nholes, err))) goto done;
+    *out = tj_sb_take(&sb);
+    if (!*out) st = tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "layer '%s': out of memory emitting CUDA", l->name);
+done:
+    if (st) tj_error_prefix(err, "layer '%s'", l->name);
+    tj_sb_free(&banner);
+    tj_sb_free(&items);
+    tj_sb_free(&offs);
+    tj_sb_free(&sb);
+    tj_sb_free(&ew);
+    tj_cuda_layout_free(&lay);
+    return st;
+}

@@ -1,0 +1,195 @@
+/* Stage 4 (GPU): CUDA C for one layer, from its pattern, its plan and a config; and the kernel ABI
+ * that the CUDA runtime (runtime/backend_cuda.c) follows to pack data and launch what is emitted.
+ *
+ * THE KERNEL ABI (a contract: change it only together with templates/ and TJ_CUDA_ABI_VERSION)
+ *
+ * Module. One CUBIN per (layer pattern, config, arch), from the source of tj_cuda_emit(). It holds
+ * up to three extern "C" kernels, all taking ONE parameter: a tj_cuda_args passed by value
+ * (cuLaunchKernel(f, grid, block, smem, stream, (void *[]){&args}, NULL)).
+ *   tj_tiles  every kept output feature: Y[n][m] = act(bias[n] + Σ_r Wp[r][c] · X[rows_t[r]][m])
+ *   tj_fill   every pruned output feature (n ∉ cols): act(bias[n]) or act(0)
+ *   tj_ew     (only when the layer has ew entries) adds the ew residual into y
+ * Launch them in that order on one stream; tj_cuda_geometry() gives each launch's grid, block and
+ * dynamic shared memory, and says which to skip (count 0). The kernels use no atomics: each output
+ * element is written by exactly one thread of tj_tiles or tj_fill and then, at most, updated by one
+ * thread of tj_ew. With an activation and ew, tj_tiles/tj_fill store the pre-activation value of
+ * features that have ew entries and tj_ew applies the activation (so y must not be read between).
+ * Dynamic shared memory above 48 KiB needs cuFuncSetAttribute(f,
+ * CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem) before the launch.
+ *
+ * Device data (all device pointers; built on the host by tj_cuda_pack()):
+ *   x       activations, dtype cfg.dtype (fp16/bf16 bits). Feature-major (cfg.x_fm): Xᵀ [K × ldx],
+ *           element (k, m) at x[k·ldx + m]; row-major: X [M × ldx], element at x[m·ldx + k].
+ *           The mma template with feature-major x needs x 16-byte aligned and ldx % 8 == 0.
+ *   y       output, dtype cfg.out. Feature-major (cfg.y_fm): [N × ldy], (n, m) at y[n·ldy + m];
+ *           row-major: [M × ldy], at y[m·ldy + n]. Every element of the N × M output is written.
+ *   w       packed tile weights, dtype cfg.dtype: exactly tj_plan_build(layer, TJ_CUDA_PACK_PAD)
+ *           + tj_plan_pack_16: tile t's block at w + plan.off[t], k-major [rows_t][plan.ld[t]],
+ *           Wp[r][c] = W[col(t·g + c)][rows_t[r]], columns padded with zeros to a multiple of 8.
+ *           16-byte aligned.
+ *   bias    fp32 [n], or NULL (no bias).
+ *   cols    int32 [ncols]: kept column j → output feature; NULL when the layer keeps all n.
+ *   fill_rows int32 [n_fill]: the pruned output features (those not in cols), increasing.
+ *   ew_ptr  int32 [n + 1], ew_idx int32 [ew_nnz], ew_val fp32 [ew_nnz]: the ew CSR over output
+ *           features (W's values at the ew positions); ew_rows int32 [n_ew_rows]: features with at
+ *           least one ew entry, increasing. All NULL / 0 when the layer has no ew.
+ *   m       tokens (M ≥ 1); ldx, ldy in elements.
+ * Baked into the module (not arguments): tile order (heaviest first), per-item metadata
+ * (tj_items: packed-block offset, ld, rows, first feature, width) and every tile's kept-row
+ * indices (cfg.offsets: a __constant__ table, or immediates in code) — see templates/README.md.
+ *
+ * Grid. tj_tiles: 1-D, nitems × ceil(M / bm) blocks; block b handles work item b / mblocks
+ * (items in tile order heaviest first, each = bn features of one tile) and tokens
+ * (b % mblocks)·bm … +bm. tj_fill / tj_ew: 1-D, n_fill (n_ew_rows) × ceil(M / 256) blocks of 256.
+ */
+#ifndef TJ_EMIT_CUDA_H
+#define TJ_EMIT_CUDA_H
+
+#include <stdint.h>
+
+#include "../runtime/dtype.h"
+#include "pattern.h"
+#include "plan.h"
+#include "strbuf.h"
+
+#define TJ_CUDA_ABI_VERSION 1
+/* Bumped whenever emitted source may change for the same inputs (part of the cache key). */
+#define TJ_CUDA_GEN_VERSION "tilejit-cuda-gen-1"
+#define TJ_CUDA_PACK_PAD 8      /* tj_plan pad of the packed weights (16 bytes of halves) */
+#define TJ_CUDA_AUX_THREADS 256 /* block size of tj_fill and tj_ew */
+#define TJ_CUDA_MAX_LAUNCHES 3
+
+typedef enum tj_cuda_template {
+    TJ_CUDA_TEMPLATE_SIMT = 0, /* plainly correct fp32 SIMT math: the GPU yardstick */
+    TJ_CUDA_TEMPLATE_MMA       /* mma.sync m16n8k16 + ldmatrix + cp.async multi-stage pipeline */
+} tj_cuda_template;
+
+typedef enum tj_cuda_offsets {
+    TJ_CUDA_OFFSETS_TABLE = 0, /* kept-row indices in a __constant__ table (default) */
+    TJ_CUDA_OFFSETS_UNROLLED   /* immediates in straight-line code, 4 (or 2) per 64-bit word */
+} tj_cuda_offsets;
+
+/* One point of the search space. JSON (tj_cuda_config_to_json / _from_json), e.g.
+ * {"template":"mma","bm":128,"bn":128,"bk":32,"warps":8,"stages":3,"offsets":"table",
+ *  "dtype":"f16","out":"f32","layout":"fm"}
+ * layout: "fm" (x [K × M], y [N × M]), "rm" (x [M × K], y [M × N]), "rm_fm" (row-major x,
+ * feature-major y: the first layer), "fm_rm" (feature-major x, row-major y: the last). */
+typedef struct tj_cuda_config {
+    tj_cuda_template tmpl;
+    int bm;      /* tokens per block: power of 2 in [16, 256] (simt: [1, threads]) */
+    int bn;      /* features per block: power of 2 in [16, 256]; a tile is cut in ceil(g / bn) items */
+    int bk;      /* kept rows per chunk: 16, 32 or 64 */
+    int warps;   /* warps per block: 1, 2, 4, 8 or 16 */
+    int stages;  /* mma: shared-memory pipeline depth, 2..6 (simt: ignored, 1) */
+    tj_cuda_offsets offsets;
+    tj_dtype dtype; /* x and w: TJ_F16 or TJ_BF16 */
+    tj_dtype out;   /* y: TJ_F32, TJ_F16 or TJ_BF16 */
+    int x_fm, y_fm; /* 1: feature-major */
+} tj_cuda_config;
+
+/* The default config for a layer (mma, table offsets, fp16 in, fp32 out, feature-major). */
+tj_cuda_config tj_cuda_config_default(const tj_layer *l);
+/* Checks a config against the template's constraints (and the layer's g); clear message. */
+tj_status tj_cuda_config_check(const tj_cuda_config *c, tj_error *err);
+/* Appends the config as one-line JSON with keys in a fixed order (deterministic). */
+void tj_cuda_config_to_json(const tj_cuda_config *c, tj_strbuf *sb);
+/* Parses JSON text; missing keys keep the values already in *c (start from the default). */
+tj_status tj_cuda_config_from_json(const char *text, tj_cuda_config *c, tj_error *err);
+/* The split of warps into warps along features × warps along tokens (mma). */
+void tj_cuda_warp_split(const tj_cuda_config *c, int *warps_n, int *warps_m);
+/* Dynamic shared memory of tj_tiles in bytes (0 for simt). */
+int64_t tj_cuda_smem_bytes(const tj_cuda_config *c);
+/* Largest dynamic shared memory per block of a real arch (80, 86, 89, 90, ...), opt-in. */
+int64_t tj_cuda_arch_smem_limit(int sm);
+
+/* One kernel launch. */
+typedef struct tj_cuda_launch {
+    const char *kernel; /* "tj_tiles", "tj_fill" or "tj_ew" (static string) */
+    uint32_t grid[3];
+    uint32_t block[3];
+    uint32_t smem;      /* dynamic shared memory, bytes */
+} tj_cuda_launch;
+
+/* The launches, in order, for M tokens: kernels with nothing to do are left out (*count may be
+ * 0 when M == 0). Errors when the grid would exceed 2^31 − 1 blocks. */
+tj_status tj_cuda_geometry(const tj_layer *l, const tj_cuda_config *c, int64_t m,
+                           tj_cuda_launch out[TJ_CUDA_MAX_LAUNCHES], int *count, tj_error *err);
+
+/* The one kernel parameter. Mirrors struct tj_args in templates/prelude.cu byte for byte. */
+typedef struct tj_cuda_args {
+    const void *x;
+    void *y;
+    const void *w;
+    const float *bias;
+    const int32_t *cols;
+    const int32_t *fill_rows;
+    const int32_t *ew_ptr;
+    const int32_t *ew_idx;
+    const float *ew_val;
+    const int32_t *ew_rows;
+    int64_t ldx, ldy;
+    int32_t m;
+    int32_t n_fill;
+    int32_t n_ew_rows;
+    int32_t reserved; /* 0 */
+} tj_cuda_args;
+_Static_assert(sizeof(void *) == 8, "the kernel ABI assumes 64-bit pointers");
+_Static_assert(sizeof(tj_cuda_args) == 112, "tj_cuda_args must match struct tj_args in prelude.cu");
+
+/* Host copies of the device data above (all malloc'ed; tj_cuda_host_data_free). */
+typedef struct tj_cuda_host_data {
+    uint16_t *w;             /* packed weights, w_elems halves of cfg.dtype */
+    int64_t w_elems;
+    float *bias;             /* [n] or NULL */
+    int32_t *cols;           /* [ncols] or NULL */
+    int64_t ncols;
+    int32_t *fill_rows;      /* [n_fill] or NULL */
+    int64_t n_fill;
+    int32_t *ew_ptr, *ew_idx, *ew_rows; /* NULL when no ew */
+    float *ew_val;
+    int64_t ew_nnz, n_ew_rows;
+} tj_cuda_host_data;
+
+/* Packs one layer's weights ([n, k] of wdt) and bias ([n] of bdt, or NULL) for the kernels. */
+tj_status tj_cuda_pack(const tj_layer *l, const tj_cuda_config *c, const void *w, tj_dtype wdt,
+                       const void *bias, tj_dtype bdt, tj_cuda_host_data *out, tj_error *err);
+void tj_cuda_host_data_free(tj_cuda_host_data *d);
+
+/* What the emitter baked: the work items (in launch order) and the packed kept-row words.
+ * Exposed for tests and the host emulation (tests/test_cuda_emulate.c). */
+typedef struct tj_cuda_item {
+    int64_t wofs;  /* element offset of the tile's packed block */
+    int32_t ld, nrows, fbase, width, wcol, cbase;
+    int32_t tile;  /* not baked; for tests */
+} tj_cuda_item;
+
+typedef struct tj_cuda_layout {
+    tj_cuda_item *items;
+    int64_t nitems;
+    uint64_t *words;   /* nchunks × words_per_chunk packed kept-row indices */
+    int64_t nchunks;
+    int ofs_bits;      /* 16 (k ≤ 65536) or 32 */
+    int words_per_chunk;
+} tj_cuda_layout;
+
+tj_status tj_cuda_layout_build(const tj_layer *l, const tj_plan *p, const tj_cuda_config *c,
+                               tj_cuda_layout *out, tj_error *err);
+void tj_cuda_layout_free(tj_cuda_layout *lay);
+/* Kept-row index r (0 ≤ r < bk) of chunk `chunk`: the decoding the kernels do (tj_ofs_get). */
+static inline int64_t tj_cuda_layout_row(const tj_cuda_layout *lay, int64_t chunk, int r)
+{
+    int per = 64 / lay->ofs_bits;
+    uint64_t w = lay->words[chunk * lay->words_per_chunk + r / per];
+    return (int64_t)((w >> ((r % per) * lay->ofs_bits)) & ((1ull << lay->ofs_bits) - 1ull));
+}
+
+/* Emits the CUDA C source of one layer (malloc'ed, NUL-terminated, into *out). Deterministic:
+ * the same pattern (not name) and config give byte-identical text. Templates come from the
+ * library, or from $TILEJIT_TEMPLATE_DIR when set (development). */
+tj_status tj_cuda_emit(const tj_layer *l, const tj_cuda_config *c, char **out, tj_error *err);
+
+/* Template text by file name: $TILEJIT_TEMPLATE_DIR/name if that variable is set, else the
+ * embedded copy. *out is malloc'ed. */
+tj_status tj_cuda_template_text(const char *name, char **out, tj_error *err);
+
+#endif

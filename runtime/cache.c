@@ -1,0 +1,404 @@
+/* The persistent kernel cache: files named by the key's SHA-256, written to a temporary file and
+ * renamed, checked (magic, version, length, key, payload SHA-256) on every read. Used by the
+ * compile paths (runtime/nvrtc.c for CUBINs) between code generation and loading. */
+#include "cache.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+/* ---- SHA-256 (FIPS 180-4) ---- */
+
+static const uint32_t K256[64] = {
+    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
+    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
+    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
+    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
+    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
+    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
+    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2,
+};
+
+static inline uint32_t ror32(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
+
+static void sha256_block(tj_sha256 *s, const uint8_t *p)
+{
+    uint32_t w[64];
+    for (int i = 0; i < 16; i++)
+        w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 | (uint32_t)p[4 * i + 2] << 8 | p[4 * i + 3];
+    for (int i = 16; i < 64; i++) {
+        uint32_t s0 = ror32(w[i - 15], 7) ^ ror32(w[i - 15], 18) ^ (w[i - 15] >> 3);
+        uint32_t s1 = ror32(w[i - 2], 17) ^ ror32(w[i - 2], 19) ^ (w[i - 2] >> 10);
+        w[i] = w[i - 16] + s0 + w[i - 7] + s1;
+    }
+    uint32_t a = s->h[0], b = s->h[1], c = s->h[2], d = s->h[3], e = s->h[4], f = s->h[5], g = s->h[6], h = s->h[7];
+    for (int i = 0; i < 64; i++) {
+        uint32_t t1 = h + (ror32(e, 6) ^ ror32(e, 11) ^ ror32(e, 25)) + ((e & f) ^ (~e & g)) + K256[i] + w[i];
+        uint32_t t2 = (ror32(a, 2) ^ ror32(a, 13) ^ ror32(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
+        h = g; g = f; f = e; e = d + t1; d = c; c = b; b = a; a = t1 + t2;
+    }
+    s->h[0] += a; s->h[1] += b; s->h[2] += c; s->h[3] += d;
+    s->h[4] += e; s->h[5] += f; s->h[6] += g; s->h[7] += h;
+}
+
+void tj_sha256_init(tj_sha256 *s)
+{
+    static const uint32_t iv[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
+                                   0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+    memcpy(s->h, iv, sizeof iv);
+    s->len = 0;
+    s->nbuf = 0;
+}
+
+void tj_sha256_update(tj_sha256 *s, const void *data, size_t n)
+{
+    const uint8_t *p = data;
+    s->len += n;
+    if (s->nbuf) {
+        size_t take = 64 - s->nbuf < n ? 64 - s->nbuf : n;
+        memcpy(s->buf + s->nbuf, p, take);
+        s->nbuf += take;
+        p += take;
+        n -= take;
+        if (s->nbuf < 64) return;
+        sha256_block(s, s->buf);
+        s->nbuf = 0;
+    }
+    for (; n >= 64; n -= 64, p += 64) sha256_block(s, p);
+    memcpy(s->buf, p, n);
+    s->nbuf = n;
+}
+
+void tj_sha256_final(tj_sha256 *s, uint8_t out[32])
+{
+    uint64_t bits = s->len * 8;
+    uint8_t pad = 0x80, zero = 0;
+    tj_sha256_update(s, &pad, 1);
+    while (s->nbuf != 56) tj_sha256_update(s, &zero, 1);
+    uint8_t lenb[8];
+    for (int i = 0; i < 8; i++) lenb[i] = (uint8_t)(bits >> (56 - 8 * i));
+    tj_sha256_update(s, lenb, 8);
+    for (int i = 0; i < 8; i++) {
+        out[4 * i] = (uint8_t)(s->h[i] >> 24);
+        out[4 * i + 1] = (uint8_t)(s->h[i] >> 16);
+        out[4 * i + 2] = (uint8_t)(s->h[i] >> 8);
+        out[4 * i + 3] = (uint8_t)s->h[i];
+    }
+}
+
+/* ---- keys ---- */
+
+void tj_cache_key_begin(tj_cache_key *k)
+{
+    memset(k, 0, sizeof *k);
+    tj_sha256_init(&k->st);
+    tj_sha256_update(&k->st, "tilejit-cache-key-1", 19);
+}
+
+void tj_cache_key_add(tj_cache_key *k, const void *data, size_t n)
+{
+    uint8_t len[8];
+    for (int i = 0; i < 8; i++) len[i] = (uint8_t)((uint64_t)n >> (8 * i));
+    tj_sha256_update(&k->st, len, 8);
+    tj_sha256_update(&k->st, data, n);
+}
+
+void tj_cache_key_add_str(tj_cache_key *k, const char *s) { tj_cache_key_add(k, s ? s : "", s ? strlen(s) : 0); }
+
+void tj_cache_key_end(tj_cache_key *k) { tj_sha256_final(&k->st, k->hash); }
+
+void tj_cache_key_hex(const tj_cache_key *k, char out[65])
+{
+    static const char hx[] = "0123456789abcdef";
+    for (int i = 0; i < 32; i++) {
+        out[2 * i] = hx[k->hash[i] >> 4];
+        out[2 * i + 1] = hx[k->hash[i] & 15];
+    }
+    out[64] = '\0';
+}
+
+/* ---- the cache ---- */
+
+#define ENTRY_MAGIC "TJCACHE\001"
+#define ENTRY_VERSION 1u
+#define HEADER_SIZE 88 /* magic 8, version 4, reserved 4, length 8, key 32, payload sha 32 */
+#define MAX_PAYLOAD ((uint64_t)1 << 34)
+
+struct tj_cache {
+    char *dir;
+    int mode; /* 0 off, 1 lookups, 2 lookups and stores */
+    pthread_mutex_t lock;
+    char *warning;
+    int warned; /* a warning was already produced (only the first is kept) */
+    tj_cache_stats stats;
+    unsigned long seq;
+};
+
+static void warn(tj_cache *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void warn(tj_cache *c, const char *fmt, ...)
+{
+    pthread_mutex_lock(&c->lock);
+    if (!c->warned) {
+        char buf[1024];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(buf, sizeof buf, fmt, ap);
+        va_end(ap);
+        c->warning = strdup(buf);
+        c->warned = 1;
+    }
+    pthread_mutex_unlock(&c->lock);
+}
+
+char *tj_cache_default_dir(void)
+{
+    const char *e = getenv("TILEJIT_CACHE_DIR");
+    char buf[4096];
+    if (e && *e) return strdup(e);
+    e = getenv("XDG_CACHE_HOME");
+    if (e && *e) {
+        snprintf(buf, sizeof buf, "%s/tilejit", e);
+        return strdup(buf);
+    }
+    e = getenv("HOME");
+    if (e && *e) {
+        snprintf(buf, sizeof buf, "%s/.cache/tilejit", e);
+        return strdup(buf);
+    }
+    return NULL;
+}
+
+/* mkdir -p; 0 on success, else errno. */
+static int make_dirs(const char *path)
+{
+    char *p = strdup(path);
+    if (!p) return ENOMEM;
+    int rc = 0;
+    for (char *s = p + 1;; s++) {
+        if (*s != '/' && *s != '\0') continue;
+        char saved = *s;
+        *s = '\0';
+        if (mkdir(p, 0755) != 0 && errno != EEXIST) { rc = errno; *s = saved; break; }
+        *s = saved;
+        if (!saved) break;
+    }
+    free(p);
+    if (rc) return rc;
+    struct stat st;
+    if (stat(path, &st) != 0) return errno;
+    return S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
+}
+
+tj_status tj_cache_open(const char *dir, tj_cache **out, tj_error *err)
+{
+    *out = NULL;
+    tj_cache *c = calloc(1, sizeof *c);
+    if (!c) return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory opening the kernel cache");
+    pthread_mutex_init(&c->lock, NULL);
+    c->dir = dir && *dir ? strdup(dir) : tj_cache_default_dir();
+    if (!c->dir) {
+        warn(c, "kernel cache disabled: no cache directory (set TILEJIT_CACHE_DIR, XDG_CACHE_HOME or HOME)");
+        *out = c;
+        return TJ_OK;
+    }
+    int rc = make_dirs(c->dir);
+    if (rc) {
+        warn(c, "kernel cache disabled: cannot create directory '%s': %s", c->dir, strerror(rc));
+        *out = c;
+        return TJ_OK;
+    }
+    c->mode = 1;
+    /* Probe for writing with a real file: access() says yes to root on read-only filesystems' dirs. */
+    char probe[4200];
+    snprintf(probe, sizeof probe, "%s/.probe-%ld", c->dir, (long)getpid());
+    int fd = open(probe, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+        close(fd);
+        unlink(probe);
+        c->mode = 2;
+    } else {
+        warn(c, "kernel cache '%s' is not writable (%s): compiled kernels will not be saved", c->dir, strerror(errno));
+    }
+    *out = c;
+    return TJ_OK;
+}
+
+void tj_cache_close(tj_cache *c)
+{
+    if (!c) return;
+    pthread_mutex_destroy(&c->lock);
+    free(c->dir);
+    free(c->warning);
+    free(c);
+}
+
+const char *tj_cache_dir(const tj_cache *c) { return c ? c->dir : NULL; }
+int tj_cache_mode(const tj_cache *c) { return c ? c->mode : 0; }
+
+char *tj_cache_take_warning(tj_cache *c)
+{
+    if (!c) return NULL;
+    pthread_mutex_lock(&c->lock);
+    char *w = c->warning;
+    c->warning = NULL;
+    pthread_mutex_unlock(&c->lock);
+    return w;
+}
+
+tj_cache_stats tj_cache_get_stats(tj_cache *c)
+{
+    tj_cache_stats s;
+    memset(&s, 0, sizeof s);
+    if (!c) return s;
+    pthread_mutex_lock(&c->lock);
+    s = c->stats;
+    pthread_mutex_unlock(&c->lock);
+    return s;
+}
+
+static void count(tj_cache *c, int64_t *field)
+{
+    pthread_mutex_lock(&c->lock);
+    (*field)++;
+    pthread_mutex_unlock(&c->lock);
+}
+
+static void entry_path(const tj_cache *c, const tj_cache_key *k, char *out, size_t n)
+{
+    char hex[65];
+    tj_cache_key_hex(k, hex);
+    snprintf(out, n, "%s/%s.tjc", c->dir, hex);
+}
+
+static void put_u32(uint8_t *p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i)); }
+static void put_u64(uint8_t *p, uint64_t v) { for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i)); }
+static uint32_t get_u32(const uint8_t *p) { uint32_t v = 0; for (int i = 3; i >= 0; i--) v = v << 8 | p[i]; return v; }
+static uint64_t get_u64(const uint8_t *p) { uint64_t v = 0; for (int i = 7; i >= 0; i--) v = v << 8 | p[i]; return v; }
+
+static int read_full(int fd, void *buf, size_t n)
+{
+    uint8_t *p = buf;
+    while (n) {
+        ssize_t r = read(fd, p, n);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return 0;
+        p += r;
+        n -= (size_t)r;
+    }
+    return 1;
+}
+
+static int write_full(int fd, const void *buf, size_t n)
+{
+    const uint8_t *p = buf;
+    while (n) {
+        ssize_t r = write(fd, p, n);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return 0;
+        p += r;
+        n -= (size_t)r;
+    }
+    return 1;
+}
+
+tj_status tj_cache_lookup(tj_cache *c, const tj_cache_key *k, void **blob, size_t *len, tj_cache_result *res,
+                          tj_error *err)
+{
+    *blob = NULL;
+    *len = 0;
+    *res = TJ_CACHE_DISABLED;
+    if (!c || c->mode == 0) return TJ_OK;
+    char path[4200];
+    entry_path(c, k, path, sizeof path);
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) {
+        *res = TJ_CACHE_MISS;
+        count(c, &c->stats.misses);
+        return TJ_OK;
+    }
+    uint8_t hdr[HEADER_SIZE];
+    struct stat st;
+    int ok = fstat(fd, &st) == 0 && st.st_size >= HEADER_SIZE && read_full(fd, hdr, sizeof hdr) &&
+             memcmp(hdr, ENTRY_MAGIC, 8) == 0 && get_u32(hdr + 8) == ENTRY_VERSION &&
+             get_u64(hdr + 16) <= MAX_PAYLOAD && (uint64_t)st.st_size == HEADER_SIZE + get_u64(hdr + 16) &&
+             memcmp(hdr + 24, k->hash, 32) == 0;
+    uint8_t *data = NULL;
+    uint64_t n = ok ? get_u64(hdr + 16) : 0;
+    if (ok) {
+        data = malloc(n ? (size_t)n : 1);
+        if (!data) {
+            close(fd);
+            return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory reading kernel cache entry '%s'", path);
+        }
+        ok = read_full(fd, data, (size_t)n);
+        if (ok) {
+            uint8_t sum[32];
+            tj_sha256 s;
+            tj_sha256_init(&s);
+            tj_sha256_update(&s, data, (size_t)n);
+            tj_sha256_final(&s, sum);
+            ok = memcmp(sum, hdr + 56, 32) == 0;
+        }
+    }
+    close(fd);
+    if (!ok) {
+        free(data);
+        if (c->mode == 2) unlink(path); /* a concurrent writer's fresh entry may go too: it is rebuilt */
+        *res = TJ_CACHE_DISCARDED;
+        count(c, &c->stats.discarded);
+        return TJ_OK;
+    }
+    *blob = data;
+    *len = (size_t)n;
+    *res = TJ_CACHE_HIT;
+    count(c, &c->stats.hits);
+    return TJ_OK;
+}
+
+tj_status tj_cache_store(tj_cache *c, const tj_cache_key *k, const void *blob, size_t len, tj_error *err)
+{
+    (void)err;
+    if (!c || c->mode != 2) return TJ_OK;
+    char path[4200], tmp[4300], hex[65];
+    entry_path(c, k, path, sizeof path);
+    tj_cache_key_hex(k, hex);
+    pthread_mutex_lock(&c->lock);
+    unsigned long seq = ++c->seq;
+    pthread_mutex_unlock(&c->lock);
+    snprintf(tmp, sizeof tmp, "%s/.tmp-%.16s-%ld-%lu", c->dir, hex, (long)getpid(), seq);
+    uint8_t hdr[HEADER_SIZE];
+    memset(hdr, 0, sizeof hdr);
+    memcpy(hdr, ENTRY_MAGIC, 8);
+    put_u32(hdr + 8, ENTRY_VERSION);
+    put_u64(hdr + 16, (uint64_t)len);
+    memcpy(hdr + 24, k->hash, 32);
+    tj_sha256 s;
+    tj_sha256_init(&s);
+    tj_sha256_update(&s, blob, len);
+    tj_sha256_final(&s, hdr + 56);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    int ok = fd >= 0;
+    int saved = ok ? 0 : errno;
+    if (ok) {
+        ok = write_full(fd, hdr, sizeof hdr) && write_full(fd, blob, len);
+        if (!ok) saved = errno;
+        if (close(fd) != 0 && ok) { ok = 0; saved = errno; }
+    }
+    if (ok && rename(tmp, path) != 0) { ok = 0; saved = errno; }
+    if (!ok) {
+        if (fd >= 0) unlink(tmp);
+        count(c, &c->stats.store_failures);
+        warn(c, "kernel cache '%s': could not save an entry (%s); continuing without it", c->dir, strerror(saved));
+        return TJ_OK;
+    }
+    count(c, &c->stats.stores);
+    return TJ_OK;
+}

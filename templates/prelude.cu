@@ -1,0 +1,176 @@
+{{BANNER}}
+/* ---- prelude.cu: types, conversions, activation, the argument block, the work-item table ---- */
+#define TJ_BM {{BM}}            /* tokens per block */
+#define TJ_BN {{BN}}            /* output features per block (<= g) */
+#define TJ_BK {{BK}}            /* kept rows per pipeline chunk */
+#define TJ_STAGES {{STAGES}}
+#define TJ_THREADS {{THREADS}}
+#define TJ_WARPS_N {{WARPS_N}}  /* warps along features */
+#define TJ_WARPS_M {{WARPS_M}}  /* warps along tokens */
+#define TJ_IN_BF16 {{IN_BF16}}  /* 0: x and w are fp16, 1: bf16 */
+#define TJ_OUT_KIND {{OUT_KIND}} /* 0: fp32, 1: fp16, 2: bf16 */
+#define TJ_X_FM {{X_FM}}        /* 1: x is feature-major [K x ldx]; 0: row-major [M x ldx] */
+#define TJ_Y_FM {{Y_FM}}        /* 1: y is feature-major [N x ldy]; 0: row-major [M x ldy] */
+#define TJ_ACT {{ACT}}          /* 0 none, 1 relu, 2 gelu (exact erf) */
+#define TJ_HAS_COLS {{HAS_COLS}}
+#define TJ_HAS_EW {{HAS_EW}}
+#define TJ_NITEMS {{NITEMS}}
+#define TJ_OFS_BITS {{OFS_BITS}} /* bits per kept-row index in a packed 64-bit word */
+#define TJ_OFS_PER_WORD (64 / TJ_OFS_BITS)
+#define TJ_OFS_WORDS (TJ_BK / TJ_OFS_PER_WORD) /* packed words per chunk */
+
+typedef unsigned short tj_raw16;   /* fp16 or bf16 bits; no cuda_fp16.h needed */
+
+/* Mirrors struct tj_cuda_args of gen/emit_cuda.h byte for byte (one kernel parameter). */
+struct tj_args {
+    const tj_raw16 *x;
+    void *y;
+    const tj_raw16 *w;
+    const float *bias;
+    const int *cols;
+    const int *fill_rows;
+    const int *ew_ptr;
+    const int *ew_idx;
+    const float *ew_val;
+    const int *ew_rows;
+    long long ldx;
+    long long ldy;
+    int m;
+    int n_fill;
+    int n_ew_rows;
+    int reserved;
+};
+
+/* One work item = one block column: BN features of one tile, all its kept rows. */
+struct tj_item {
+    long long wofs; /* element offset of the tile's packed block */
+    int ld;         /* row stride of the packed block (tile width padded to 8) */
+    int nrows;      /* kept rows of the tile */
+    int fbase;      /* first kept-column index of the item (tile * g + BN * part) */
+    int width;      /* valid features in the item (<= BN) */
+    int wcol;       /* first column of the item inside the packed block */
+    int cbase;      /* first chunk of the tile in the offset stream */
+};
+
+/* Packed kept-row indices of one chunk: TJ_BK indices, TJ_OFS_PER_WORD per 64-bit word. */
+struct tj_ofs { unsigned long long w[TJ_OFS_WORDS]; };
+
+static __device__ __forceinline__ float tj_f16_to_f32(tj_raw16 h)
+{
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+
+static __device__ __forceinline__ float tj_bf16_to_f32(tj_raw16 h) { return __uint_as_float(((unsigned)h) << 16); }
+
+/* An element of x or w. */
+static __device__ __forceinline__ float tj_in_to_f32(tj_raw16 h)
+{
+#if TJ_IN_BF16
+    return tj_bf16_to_f32(h);
+#else
+    return tj_f16_to_f32(h);
+#endif
+}
+
+static __device__ __forceinline__ void tj_store_out(void *y, long long i, float v)
+{
+#if TJ_OUT_KIND == 0
+    ((float *)y)[i] = v;
+#elif TJ_OUT_KIND == 1
+    tj_raw16 h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
+    ((tj_raw16 *)y)[i] = h;
+#else
+    tj_raw16 h;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(v));
+    ((tj_raw16 *)y)[i] = h;
+#endif
+}
+
+static __device__ __forceinline__ float tj_load_out(const void *y, long long i)
+{
+#if TJ_OUT_KIND == 0
+    return ((const float *)y)[i];
+#else
+    const tj_raw16 h = ((const tj_raw16 *)y)[i];
+    return TJ_OUT_KIND == 1 ? tj_f16_to_f32(h) : tj_bf16_to_f32(h);
+#endif
+}
+
+static __device__ __forceinline__ float tj_act(float v)
+{
+#if TJ_ACT == 1
+    return v > 0.0f ? v : 0.0f;
+#elif TJ_ACT == 2
+    return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
+#else
+    return v;
+#endif
+}
+
+/* Element (k, m) of the activations. */
+static __device__ __forceinline__ long long tj_x_index(const tj_args &a, long long k, long long m)
+{
+#if TJ_X_FM
+    return k * a.ldx + m;
+#else
+    return m * a.ldx + k;
+#endif
+}
+
+/* Element (n, m) of the output. */
+static __device__ __forceinline__ long long tj_y_index(const tj_args &a, long long n, long long m)
+{
+#if TJ_Y_FM
+    return n * a.ldy + m;
+#else
+    return m * a.ldy + n;
+#endif
+}
+
+/* Output feature of kept column j (the scatter to `cols`). */
+static __device__ __forceinline__ int tj_col(const tj_args &a, int j)
+{
+#if TJ_HAS_COLS
+    return a.cols[j];
+#else
+    (void)a;
+    return j;
+#endif
+}
+
+/* Whether feature n's activation is deferred to tj_ew (it has ew entries and an activation). */
+static __device__ __forceinline__ bool tj_defer_act(const tj_args &a, int n)
+{
+#if TJ_HAS_EW && TJ_ACT != 0
+    return a.ew_ptr[n + 1] > a.ew_ptr[n];
+#else
+    (void)a; (void)n;
+    return false;
+#endif
+}
+
+/* Epilogue of one output element: bias, activation (unless deferred), store. */
+static __device__ __forceinline__ void tj_finish(const tj_args &a, int n, long long m, float acc)
+{
+    float v = acc + (a.bias ? a.bias[n] : 0.0f);
+    if (!tj_defer_act(a, n)) v = tj_act(v);
+    tj_store_out(a.y, tj_y_index(a, n, m), v);
+}
+
+/* Index k of kept row r (0 <= r < TJ_BK) of a chunk; r may vary per thread. */
+static __device__ __forceinline__ int tj_ofs_get(const tj_ofs &o, int r)
+{
+    unsigned long long w = o.w[0];
+#pragma unroll
+    for (int i = 1; i < TJ_OFS_WORDS; ++i)
+        if (r / TJ_OFS_PER_WORD == i) w = o.w[i];
+    return (int)((w >> ((r % TJ_OFS_PER_WORD) * TJ_OFS_BITS)) & ((1ull << TJ_OFS_BITS) - 1ull));
+}
+
+/* ---- generated: work items, heaviest first ---- */
+{{ITEMS}}
+/* ---- generated: kept-row offsets ({{OFFSET_MODE}}) ---- */
+{{OFFSETS}}
