@@ -112,6 +112,8 @@ tj_status tj_prune_select(const tj_st_file *wf, const char *regex, const tj_st_f
             L->sdt = st->dtype;
         }
     }
+    free(stem);
+    stem = NULL;
     if (n == 0) {
         if (have_re)
             s = tj_fail(err, TJ_ERR_NOT_FOUND, "%s: no layer matches --layers '%s' (the file has %lld *.weight tensors)",
