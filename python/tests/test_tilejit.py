@@ -258,5 +258,88 @@ class Binding(unittest.TestCase):
                                        rtol=0, atol=1e-4 if self.model.backend != "cuda" else 5e-2)
 
 
+def run_tool(args):
+    import subprocess
+    return subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=600)
+
+
+@unittest.skipUnless(os.environ.get("TJ_TILEJIT"), "TJ_TILEJIT (the tilejit command) not set")
+class ModelCommand(unittest.TestCase):
+    """`tilejit model` on the test model: every layer checked and timed, and bad input."""
+
+    @classmethod
+    def setUpClass(cls):
+        Binding.setUpClass()
+        cls.b = Binding
+
+    @classmethod
+    def tearDownClass(cls):
+        Binding.tearDownClass()
+
+    def test_table(self):
+        tj = os.environ["TJ_TILEJIT"]
+        for backend in ("reference", BACKEND):
+            r = run_tool([tj, "model", self.b.pattern, "--weights", self.b.weights, "--backend", backend,
+                          "--m", "5", "--min-time", "0.001", "--threads", "1"])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            lines = r.stdout.splitlines()
+            for name in ("enc.q", "enc.ffn_in", "enc.ffn_out", "enc.empty"):
+                row = [l for l in lines if l.startswith(name + " ")]
+                self.assertEqual(len(row), 1, r.stdout)
+                err = float(row[0].split()[4].rstrip("!"))
+                self.assertLessEqual(err, 2e-3, row[0])
+            self.assertTrue(any(l.startswith("total ") for l in lines), r.stdout)
+            self.assertIn("load: cold", r.stdout)
+            self.assertIn("all 4 layers within", r.stdout)
+
+    def test_bad_input(self):
+        tj = os.environ["TJ_TILEJIT"]
+        cases = [([self.b.pattern], "--weights is required"),
+                 ([self.b.pattern, "--weights", self.b.weights, "--backend", "tpu"], "unknown backend"),
+                 ([self.b.pattern, "--weights", self.b.weights, "--m", "0"], "--m"),
+                 ([self.b.pattern + ".missing", "--weights", self.b.weights], ".missing"),
+                 ([self.b.pattern, "--weights", self.b.pattern], "p.json"),
+                 ([], "expected one PATTERN")]
+        for args, frag in cases:
+            r = run_tool([tj, "model"] + args)
+            self.assertEqual(r.returncode, 1, (args, r.stderr))
+            self.assertIn(frag, r.stderr, args)
+        r = run_tool([tj, "model", "--help"])
+        self.assertEqual(r.returncode, 0)
+        self.assertIn("usage: tilejit model", r.stdout)
+
+
+@unittest.skipUnless(os.environ.get("TJ_BERT_BLOCK"), "TJ_BERT_BLOCK (examples/bert_block) not set")
+class BertBlockExample(unittest.TestCase):
+    """examples/bert_block on a small BERT-shaped model: chained GEMMs agree with the reference."""
+
+    def test_block(self):
+        rng = np.random.default_rng(11)
+        h, inter = 64, 128
+        layers, tensors = [], {}
+        for suffix, n, k, act in [("attention.self.query", h, h, "none"), ("attention.self.key", h, h, "none"),
+                                  ("attention.self.value", h, h, "none"),
+                                  ("attention.output.dense", h, h, "none"),
+                                  ("intermediate.dense", inter, h, "gelu"), ("output.dense", h, inter, "none")]:
+            name = "encoder.layer.0." + suffix
+            entry, _ = random_layer(rng, name, n, k, 32, 0.5, 1.0, 0.0, act)
+            layers.append(entry)
+            tensors[name + ".weight"] = (0.2 * rng.standard_normal((n, k))).astype(np.float32)
+            tensors[name + ".bias"] = (0.1 * rng.standard_normal(n)).astype(np.float32)
+        with tempfile.TemporaryDirectory() as tmp:
+            p, w = os.path.join(tmp, "b.json"), os.path.join(tmp, "b.safetensors")
+            with open(p, "w") as f:
+                json.dump({"format": "tilejit-pattern", "version": 1, "layers": layers}, f)
+            safetensors.save(w, tensors)
+            r = run_tool([os.environ["TJ_BERT_BLOCK"], p, w, "--m", "16", "--heads", "4", "--repeat", "2",
+                          "--backend", BACKEND, "--threads", "1"])
+            self.assertEqual(r.returncode, 0, r.stderr + r.stdout)
+            err = float(r.stdout.split("relative error ")[1].split()[0])
+            self.assertLessEqual(err, 1e-4)
+            r = run_tool([os.environ["TJ_BERT_BLOCK"], p, w, "--prefix", "encoder.layer.1."])
+            self.assertEqual(r.returncode, 1)
+            self.assertIn("encoder.layer.1.attention.self.query", r.stderr)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
