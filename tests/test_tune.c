@@ -1,0 +1,471 @@
+/* Autotuner (suite unit): records round trip and resume, db choice and tie-breaking, spaces and
+ * their validity rules, and sweeps through `tilejit tune` in child processes: injected compile
+ * errors, wrong results, crashes and hangs are recorded and the sweep goes on; 4 shards merged
+ * choose what one unsharded run chooses (deterministic fake timings). No LLVM needed. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "autotune.h"
+#include "model.h"
+#include "random_pattern.h"
+#include "tj_test.h"
+
+static char dir[512];
+static const char *exe;
+
+static tj_tune_record mk(const char *device, const char *arch, uint64_t hash, int64_t m, const char *cfg,
+                         tj_tune_status st, double med)
+{
+    tj_tune_record r;
+    memset(&r, 0, sizeof r);
+    snprintf(r.target.backend, sizeof r.target.backend, "cpu");
+    snprintf(r.target.device, sizeof r.target.device, "%s", device);
+    snprintf(r.target.arch, sizeof r.target.arch, "%s", arch);
+    snprintf(r.wl.layer, sizeof r.wl.layer, "l%llx", (unsigned long long)hash);
+    r.wl.pattern_hash = hash;
+    r.wl.n = 768;
+    r.wl.k = 768;
+    r.wl.g = 128;
+    r.wl.kept = 768 * 768 / 4;
+    snprintf(r.wl.dtype, sizeof r.wl.dtype, "f32");
+    r.wl.m = m;
+    r.config = strdup(cfg);
+    r.status = st;
+    r.median = st == TJ_TUNE_OK ? med : INFINITY;
+    return r;
+}
+
+static void test_records(void)
+{
+    tj_error err;
+    tj_tune_record r = mk("skylake-avx512", "x86_64-avx512", 0xabcdef0123456789ull, 128, "{\"nr\": 32, \"mr\": 12}",
+                          TJ_TUNE_OK, 1.25e-4);
+    double t[3] = {1.3e-4, 1.25e-4, 1.2e-4};
+    r.times = malloc(sizeof t);
+    memcpy(r.times, t, sizeof t);
+    r.ntimes = 3;
+    r.reps = 3;
+    char *line = NULL, *canon = NULL;
+    CHECK_OK(tj_tune_config_canonical(r.config, &canon, &err), &err);
+    CHECK(canon && strcmp(canon, "{\"mr\":12,\"nr\":32}") == 0);
+    free(r.config);
+    r.config = canon;
+    CHECK_OK(tj_tune_record_to_json(&r, &line, &err), &err);
+    CHECK(line && !strchr(line, '\n'));
+    tj_tune_record b;
+    CHECK_OK(tj_tune_record_parse(line, "t", &b, &err), &err);
+    CHECK(strcmp(b.config, r.config) == 0 && b.status == TJ_TUNE_OK && b.median == 1.25e-4);
+    CHECK(b.wl.pattern_hash == r.wl.pattern_hash && b.wl.m == 128 && b.ntimes == 3 && b.times[2] == 1.2e-4);
+    CHECK(strcmp(b.target.device, "skylake-avx512") == 0 && strcmp(b.target.arch, "x86_64-avx512") == 0);
+    tj_tune_record_free(&b);
+    free(line);
+
+    /* failures: infinite cost written as "inf" */
+    tj_tune_record f = mk("d", "a", 1, 1, "{}", TJ_TUNE_TIMEOUT, 0);
+    f.error = strdup("killed by the watchdog");
+    CHECK_OK(tj_tune_record_to_json(&f, &line, &err), &err);
+    CHECK(strstr(line, "\"median\":\"inf\"") && strstr(line, "\"status\":\"timeout\""));
+    CHECK_OK(tj_tune_record_parse(line, "t", &b, &err), &err);
+    CHECK(b.status == TJ_TUNE_TIMEOUT && isinf(b.median) && b.error && strstr(b.error, "watchdog"));
+    tj_tune_record_free(&b);
+    free(line);
+    tj_tune_record_free(&f);
+
+    /* malformed records are errors with a message, never crashes */
+    CHECK(tj_tune_record_parse("{\"format\":\"tilejit-tune\",\"version\":2}", "x:1", &b, &err) == TJ_ERR_FORMAT);
+    CHECK(strstr(err.msg, "x:1") && strstr(err.msg, "version"));
+    CHECK(tj_tune_record_parse("{\"format\":\"tilejit-tune\",\"version\":1,\"target\":{},\"workload\":{},\"config\":{}}",
+                               "x:2", &b, &err) == TJ_ERR_FORMAT);
+    CHECK(tj_tune_record_parse("[1,2", "x:3", &b, &err) == TJ_ERR_FORMAT);
+
+    /* append, read back, a torn last line is skipped */
+    char path[600];
+    snprintf(path, sizeof path, "%s/records.jsonl", dir);
+    unlink(path);
+    CHECK_OK(tj_tune_log_append(path, &r, &err), &err);
+    CHECK(r.timestamp[0] && strstr(r.tool, "tilejit"));
+    tj_tune_record r2 = mk("skylake-avx512", "x86_64-avx512", 0xabcdef0123456789ull, 128, "{\"mr\":8}",
+                           TJ_TUNE_WRONG_RESULT, 0);
+    CHECK_OK(tj_tune_log_append(path, &r2, &err), &err);
+    FILE *fp = fopen(path, "a");
+    fputs("{\"format\":\"tilejit-tune\",\"version\":1,\"target\":{\"back", fp);
+    fclose(fp);
+    tj_tune_db *db = NULL;
+    CHECK_OK(tj_tune_db_create(&db, &err), &err);
+    CHECK_OK(tj_tune_db_load(db, path, 0, &err), &err);
+    CHECK(tj_tune_db_size(db) == 2 && tj_tune_db_bad_lines(db) == 1);
+    tj_tune_status st;
+    double med;
+    CHECK(tj_tune_db_find(db, &r.target, &r.wl, r.config, &st, &med) && st == TJ_TUNE_OK && med == 1.25e-4);
+    CHECK(tj_tune_db_find(db, &r2.target, &r2.wl, "{\"mr\":8}", &st, &med) && st == TJ_TUNE_WRONG_RESULT && isinf(med));
+    CHECK(!tj_tune_db_find(db, &r.target, &r.wl, "{\"mr\":6}", NULL, NULL));
+    tj_tune_db_destroy(db);
+    snprintf(path, sizeof path, "%s/missing.jsonl", dir);
+    CHECK_OK(tj_tune_db_create(&db, &err), &err);
+    CHECK(tj_tune_db_load(db, path, 0, &err) == TJ_ERR_IO && strstr(err.msg, "missing.jsonl"));
+    CHECK_OK(tj_tune_db_load(db, path, 1, &err), &err);
+    tj_tune_db_destroy(db);
+    tj_tune_record_free(&r);
+    tj_tune_record_free(&r2);
+}
+
+static tj_layer fake_layer(uint64_t hash)
+{
+    static int64_t ptr[2] = {0, 0};
+    tj_layer l;
+    memset(&l, 0, sizeof l);
+    l.name = "x";
+    l.n = 768;
+    l.k = 768;
+    l.g = 128;
+    l.ncols = 768;
+    l.ntiles = 0; /* kept = 0 TW + ew: the shape key needs the density, given below via ew_nnz */
+    l.tile_ptr = ptr;
+    l.ew_nnz = 768 * 768 / 4;
+    l.hash = hash;
+    return l;
+}
+
+static void add(tj_tune_db *db, tj_tune_record r)
+{
+    tj_error err;
+    CHECK_OK(tj_tune_db_add(db, &r, &err), &err);
+    tj_tune_record_free(&r);
+}
+
+static void test_db(void)
+{
+    tj_error err;
+    tj_tune_db *db[2];
+    for (int pass = 0; pass < 2; pass++) {
+        CHECK_OK(tj_tune_db_create(&db[pass], &err), &err);
+        tj_tune_record rs[] = {
+            mk("dev", "x86", 7, 128, "{\"c\":1}", TJ_TUNE_OK, 2e-4),
+            mk("dev", "x86", 7, 128, "{\"c\":2}", TJ_TUNE_OK, 1e-4), /* tie with c:3 */
+            mk("dev", "x86", 7, 128, "{\"c\":3}", TJ_TUNE_OK, 1e-4),
+            mk("dev", "x86", 7, 128, "{\"c\":0}", TJ_TUNE_OK, 0.5e-4), /* fastest, but also wrong once */
+            mk("dev", "x86", 7, 128, "{\"c\":0}", TJ_TUNE_WRONG_RESULT, 0),
+            mk("dev", "x86", 7, 128, "{\"c\":1}", TJ_TUNE_OK, 0.9e-4), /* a second, faster record */
+            mk("dev", "x86", 7, 128, "{\"c\":4}", TJ_TUNE_TIMEOUT, 0),
+            mk("dev", "x86", 7, 1, "{\"c\":5}", TJ_TUNE_OK, 1e-5),
+            mk("other", "x86", 7, 4096, "{\"c\":6}", TJ_TUNE_OK, 1e-3),
+            mk("other", "x86", 9, 128, "{\"c\":7}", TJ_TUNE_OK, 1e-4),
+        };
+        int n = (int)(sizeof rs / sizeof *rs);
+        for (int i = 0; i < n; i++) add(db[pass], rs[pass ? n - 1 - i : i]); /* order must not matter */
+    }
+    for (int pass = 0; pass < 2; pass++) {
+        tj_tune_choice ch;
+        tj_layer l = fake_layer(7);
+        CHECK(tj_tune_db_best(db[pass], "cpu", "dev", "x86", &l, 128, &ch) == TJ_OK);
+        CHECK_OK(TJ_OK, &err);
+        CHECKF(ch.config && strcmp(ch.config, "{\"c\":1}") == 0, "got %s", ch.config);
+        CHECK(ch.match == TJ_TUNE_MATCH_DEVICE_PATTERN && ch.m_tuned == 128 && ch.median == 0.9e-4);
+        /* M buckets: 100 → bucket of 128; 1 → its own; 3000 → nearest tuned (128 at distance 5 vs 1 at 12) */
+        CHECK(tj_tune_db_best(db[pass], "cpu", "dev", "x86", &l, 100, &ch) == TJ_OK && ch.m_tuned == 128);
+        CHECK(tj_tune_db_best(db[pass], "cpu", "dev", "x86", &l, 1, &ch) == TJ_OK && strcmp(ch.config, "{\"c\":5}") == 0);
+        CHECK(tj_tune_db_best(db[pass], "cpu", "dev", "x86", &l, 3000, &ch) == TJ_OK && ch.m_tuned == 128);
+        CHECK(tj_tune_db_best(db[pass], "cpu", "dev", "x86", &l, 0, &ch) == TJ_OK && ch.m_tuned == 128);
+        /* another device of the family: the arch-level best over both devices */
+        CHECK(tj_tune_db_best(db[pass], "cpu", "new", "x86", &l, 4096, &ch) == TJ_OK);
+        CHECK(ch.match == TJ_TUNE_MATCH_ARCH_PATTERN && strcmp(ch.config, "{\"c\":6}") == 0);
+        /* same shape and density, other pattern: shape match */
+        tj_layer l2 = fake_layer(1234);
+        CHECK(tj_tune_db_best(db[pass], "cpu", "dev", "x86", &l2, 128, &ch) == TJ_OK);
+        CHECK(ch.match == TJ_TUNE_MATCH_DEVICE_SHAPE && strcmp(ch.config, "{\"c\":1}") == 0);
+        /* other backend, other family: nothing */
+        CHECK(tj_tune_db_best(db[pass], "cuda", "dev", "x86", &l, 128, &ch) == TJ_ERR_NOT_FOUND);
+        CHECK(tj_tune_db_best(db[pass], "cpu", "zzz", "arm", &l, 128, &ch) == TJ_ERR_NOT_FOUND);
+    }
+    CHECK(tj_tune_m_bucket(1) == 0 && tj_tune_m_bucket(2) == 1 && tj_tune_m_bucket(3) == 2 && tj_tune_m_bucket(128) == 7 &&
+          tj_tune_m_bucket(129) == 8);
+    tj_tune_db_destroy(db[0]);
+    tj_tune_db_destroy(db[1]);
+}
+
+static void test_space(void)
+{
+    tj_error err;
+    tj_tune_host h = {.vec = 16, .vregs = 32, .g = 128};
+    tj_tune_space s;
+    CHECK_OK(tj_tune_space_build("cpu", &h, &s, &err), &err);
+    CHECK(s.count > 100 && s.dropped > 0 && s.default_index >= 0);
+    CHECK(s.default_index >= 0 && strstr(s.json[s.default_index], "\"mr\":12") && strstr(s.json[s.default_index], "\"nr\":32"));
+    for (int64_t i = 0; i < s.count; i++) {
+        int mr = 0, nr = 0;
+        const char *p = strstr(s.json[i], "\"mr\":"), *q = strstr(s.json[i], "\"nr\":");
+        CHECK(p && q);
+        if (p) mr = atoi(p + 5);
+        if (q) nr = atoi(q + 5);
+        CHECKF(nr % 16 == 0 && mr * (nr / 16) + nr / 16 + 1 <= 32, "%s", s.json[i]);
+        for (int64_t j = 0; j < i; j++) CHECK(strcmp(s.json[i], s.json[j]) != 0);
+    }
+    int64_t nb[64];
+    int64_t k = tj_tune_space_neighbours(&s, s.default_index, nb, 64);
+    CHECK(k > 4);
+    for (int64_t j = 0; j < k; j++) {
+        int diff = 0;
+        for (int a = 0; a < s.naxes; a++) diff += s.points[nb[j] * s.naxes + a] != s.points[s.default_index * s.naxes + a];
+        CHECK(diff == 1);
+    }
+    tj_tune_workload w = {.n = 768, .k = 768, .g = 128, .kept = 768 * 768 / 4, .m = 128};
+    for (int64_t i = 0; i < s.count; i++) CHECK(isfinite(tj_tune_model_cost(&s, &h, i, &w, 2)) && tj_tune_model_cost(&s, &h, i, &w, 2) > 0);
+    int64_t n16 = s.count;
+    tj_tune_space_free(&s);
+    /* AVX2: 16 registers, 8-float vectors */
+    tj_tune_host h8 = {.vec = 8, .vregs = 16, .g = 128};
+    CHECK_OK(tj_tune_space_build("cpu", &h8, &s, &err), &err);
+    CHECK(s.count > 0 && s.count < n16);
+    for (int64_t i = 0; i < s.count; i++) {
+        const char *p = strstr(s.json[i], "\"mr\":"), *q = strstr(s.json[i], "\"nr\":");
+        int mr = p ? atoi(p + 5) : 0, nr = q ? atoi(q + 5) : 0;
+        CHECKF(mr * (nr / 8) + nr / 8 + 1 <= 16, "%s", s.json[i]);
+    }
+    tj_tune_space_free(&s);
+
+    /* CUDA: shared memory per arch, BN ≤ g and dividing it, register estimate */
+    tj_tune_host h90, h86;
+    tj_tune_host_for("cuda", "sm_90", 128, &h90);
+    tj_tune_host_for("cuda", "sm_86", 64, &h86);
+    CHECK(h90.smem_max == 227 * 1024 && h86.smem_max == 99 * 1024);
+    tj_tune_space s90, s86;
+    CHECK_OK(tj_tune_space_build("cuda", &h90, &s90, &err), &err);
+    CHECK_OK(tj_tune_space_build("cuda", &h86, &s86, &err), &err);
+    CHECK(s90.count > s86.count && s86.count > 0);
+    for (int64_t i = 0; i < s86.count; i++) CHECKF(!strstr(s86.json[i], "\"bn\":128"), "%s", s86.json[i]);
+    /* the smem rule as data: 4 stages of bk 64 with 128 + 128 is 139264 bytes: fits sm_90 only */
+    const tj_tune_axis *ax = s90.axes;
+    int p[7] = {0, 2, 2, 2, 2, 2, 0}; /* mma, bm 128, bn 128, bk 64, warps 8, stages 4, table */
+    CHECK(strcmp(ax[0].name, "template") == 0 && strcmp(ax[5].name, "stages") == 0);
+    CHECK(*tj_tune_space_why_invalid("cuda", &h90, ax, p) == '\0');
+    tj_tune_host h86b = h86;
+    h86b.g = 128;
+    CHECK(strstr(tj_tune_space_why_invalid("cuda", &h86b, ax, p), "shared memory"));
+    h86b.g = 64;
+    CHECK(strstr(tj_tune_space_why_invalid("cuda", &h86b, ax, p), "tile width"));
+    tj_tune_space_free(&s90);
+    tj_tune_space_free(&s86);
+
+    /* an explicit list */
+    CHECK_OK(tj_tune_space_from_list("cpu", "[{\"mr\":4},{},{\"nr\":16,\"mr\":2}]", &s, &err), &err);
+    CHECK(s.count == 3 && s.default_index == 1 && strcmp(s.json[2], "{\"mr\":2,\"nr\":16}") == 0);
+    tj_tune_space_free(&s);
+    CHECK(tj_tune_space_from_list("cpu", "[{\"mr\":4},{\"mr\":4}]", &s, &err) == TJ_ERR_FORMAT && strstr(err.msg, "duplicate"));
+    tj_tune_space_free(&s);
+    CHECK(tj_tune_space_from_list("cpu", "{}", &s, &err) == TJ_ERR_FORMAT);
+    tj_tune_space_free(&s);
+}
+
+/* ---- sweeps through the command line ---------------------------------------------------- */
+
+static char pattern_path[600], weights_path[600];
+
+static void write_model(void)
+{
+    tj_error err;
+    tj_layer ls[2];
+    tj_random_spec a = {.n = 64, .k = 48, .g = 32, .sparsity = 0.5, .mode = 1, .seed = 3};
+    tj_random_spec b = {.n = 96, .k = 64, .g = 32, .sparsity = 0.75, .mode = 1, .seed = 4};
+    CHECK_OK(tj_random_layer(&a, "a", &ls[0], &err), &err);
+    CHECK_OK(tj_random_layer(&b, "b", &ls[1], &err), &err);
+    tj_pattern p = {2, ls};
+    snprintf(pattern_path, sizeof pattern_path, "%s/p.json", dir);
+    snprintf(weights_path, sizeof weights_path, "%s/w.safetensors", dir);
+    CHECK_OK(tj_pattern_save(&p, pattern_path, &err), &err);
+    tj_rng rng = {5};
+    float *wa = malloc(64 * 48 * sizeof *wa), *wb = malloc(96 * 64 * sizeof *wb), bias[96];
+    tj_test_fill(&rng, wa, 64 * 48);
+    tj_test_fill(&rng, wb, 96 * 64);
+    tj_test_fill(&rng, bias, 96);
+    int64_t sa[2] = {64, 48}, sb[2] = {96, 64}, sbias[1] = {96};
+    tj_st_out_tensor t[3] = {{"a.weight", "F32", 2, sa, wa, sizeof(float) * 64 * 48},
+                             {"b.weight", "F32", 2, sb, wb, sizeof(float) * 96 * 64},
+                             {"b.bias", "F32", 1, sbias, bias, sizeof bias}};
+    CHECK_OK(tj_st_write(weights_path, t, 3, NULL, &err), &err);
+    free(wa);
+    free(wb);
+    tj_layer_free(&ls[0]);
+    tj_layer_free(&ls[1]);
+}
+
+static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int sh(const char *fmt, ...)
+{
+    char cmd[8192];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    int rc = system(cmd);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+static int64_t count_lines(const char *path, const char *needle)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    char line[65536];
+    int64_t n = 0;
+    while (fgets(line, sizeof line, f))
+        if (!needle || strstr(line, needle)) n++;
+    fclose(f);
+    return n;
+}
+
+static void test_failures(void)
+{
+    char cfgs[600], logp[600], out[600];
+    snprintf(cfgs, sizeof cfgs, "%s/inject.json", dir);
+    snprintf(logp, sizeof logp, "%s/inject.jsonl", dir);
+    snprintf(out, sizeof out, "%s/inject.out", dir);
+    FILE *f = fopen(cfgs, "w");
+    fputs("[{\"_inject\":\"compile\"},{\"_inject\":\"crash\"},{},{\"_inject\":\"hang\"},{\"_inject\":\"wrong\"},{\"x\":1}]",
+          f);
+    fclose(f);
+    unlink(logp);
+    int rc = sh("'%s' tune '%s' --weights '%s' --backend reference --configs '%s' --m 5 --layer b --timeout 2 "
+                "--min-time 0.01 --log '%s' > '%s' 2>&1",
+                exe, pattern_path, weights_path, cfgs, logp, out);
+    CHECKF(rc == 0, "tune exited %d (see %s)", rc, out);
+    CHECK(count_lines(logp, NULL) == 6);
+    CHECK(count_lines(logp, "\"status\":\"compile_error\"") == 1);
+    CHECK(count_lines(logp, "\"status\":\"launch_error\"") == 1);
+    CHECK(count_lines(logp, "\"status\":\"timeout\"") == 1);
+    CHECK(count_lines(logp, "\"status\":\"wrong_result\"") == 1);
+    CHECK(count_lines(logp, "\"status\":\"ok\"") == 2);
+    CHECK(count_lines(logp, "SIGSEGV") == 1);
+    CHECK(count_lines(out, "measured 6 (4 failed)") == 1);
+    /* resume: a torn line at the end, then the same command measures nothing new */
+    f = fopen(logp, "a");
+    fputs("{\"format\":\"tilejit-tune\",\"ver", f);
+    fclose(f);
+    rc = sh("'%s' tune '%s' --weights '%s' --backend reference --configs '%s' --m 5 --layer b --timeout 2 "
+            "--min-time 0.01 --log '%s' > '%s' 2>&1",
+            exe, pattern_path, weights_path, cfgs, logp, out);
+    CHECK(rc == 0);
+    CHECKF(count_lines(out, "measured 0 (0 failed), 6 already") == 1, "see %s", out);
+    /* --best: never a failed config */
+    rc = sh("'%s' tune --best '%s' > '%s' 2>&1", exe, logp, out);
+    CHECK(rc == 0 && count_lines(out, "_inject") == 0 && count_lines(out, "malformed") == 1);
+    CHECK(count_lines(out, "2/6") == 1);
+    /* a run that cannot measure at all stops with one clear message */
+    rc = sh("'%s' tune '%s' --weights '%s/nope.safetensors' --backend reference --m 5 --log '%s/x.jsonl' > '%s' 2>&1",
+            exe, pattern_path, dir, dir, out);
+    CHECK(rc == 1 && count_lines(out, "nope.safetensors") >= 1);
+}
+
+/* (layer, M, config) chosen per group of the merged logs */
+typedef struct picks { int n; char rows[64][512]; } picks;
+
+static int collect(void *user, const tj_tune_best_row *r)
+{
+    picks *p = user;
+    if (p->n < 64) snprintf(p->rows[p->n++], 512, "%s %lld %s", r->layer, (long long)r->m, r->config ? r->config : "-");
+    return 0;
+}
+
+static void best_of(const char *const *logs, int n, picks *out)
+{
+    tj_error err;
+    tj_tune_db *db;
+    memset(out, 0, sizeof *out);
+    CHECK_OK(tj_tune_db_create(&db, &err), &err);
+    for (int i = 0; i < n; i++) CHECK_OK(tj_tune_db_load(db, logs[i], 0, &err), &err);
+    CHECK_OK(tj_tune_db_each_best(db, collect, out, &err), &err);
+    tj_tune_db_destroy(db);
+}
+
+static void test_shards(const char *search, const char *extra)
+{
+    char one[600], shard[4][600];
+    snprintf(one, sizeof one, "%s/%s-all.jsonl", dir, search);
+    unlink(one);
+    const char *common = "--backend cpu --m 3,20 --min-time 0 --timeout 20";
+    int rc = sh("TILEJIT_TUNE_FAKE_TIME=1 '%s' tune '%s' --weights '%s' %s --search %s %s --log '%s' > /dev/null",
+                exe, pattern_path, weights_path, common, search, extra, one);
+    CHECK(rc == 0);
+    /* four shards as separate processes at once */
+    char cmd[8192];
+    int off = snprintf(cmd, sizeof cmd, "(");
+    for (int i = 0; i < 4; i++) {
+        snprintf(shard[i], sizeof shard[i], "%s/%s-shard%d.jsonl", dir, search, i);
+        unlink(shard[i]);
+        off += snprintf(cmd + off, sizeof cmd - (size_t)off,
+                        "TILEJIT_TUNE_FAKE_TIME=1 '%s' tune '%s' --weights '%s' %s --search %s %s --shard %d/4 "
+                        "--log '%s' > /dev/null & ",
+                        exe, pattern_path, weights_path, common, search, extra, i, shard[i]);
+    }
+    snprintf(cmd + off, sizeof cmd - (size_t)off, "wait)");
+    CHECK(sh("%s", cmd) == 0);
+    int64_t total = 0;
+    for (int i = 0; i < 4; i++) {
+        int64_t c = count_lines(shard[i], NULL);
+        CHECKF(c > 0, "shard %d measured nothing", i);
+        total += c;
+    }
+    CHECKF(total == count_lines(one, NULL), "%s: shards measured %lld, unsharded %lld", search, (long long)total,
+           (long long)count_lines(one, NULL));
+    picks a, b;
+    const char *l1[1] = {one}, *l4[4] = {shard[0], shard[1], shard[2], shard[3]};
+    best_of(l1, 1, &a);
+    best_of(l4, 4, &b);
+    CHECK(a.n == 4 && a.n == b.n);
+    for (int i = 0; i < a.n && i < b.n; i++) CHECKF(strcmp(a.rows[i], b.rows[i]) == 0, "%s vs %s", a.rows[i], b.rows[i]);
+}
+
+/* The adaptive search stays within its fraction, seeds the default, and finds the fake optimum's
+ * neighbourhood (its fake costs are random, so only the bound and determinism are checked). */
+static void test_adaptive_bound(void)
+{
+    char logp[600];
+    snprintf(logp, sizeof logp, "%s/adaptive-all.jsonl", dir);
+    tj_tune_host h;
+    tj_tune_host_for("cpu", NULL, 32, &h);
+    tj_tune_space s;
+    tj_error err;
+    CHECK_OK(tj_tune_space_build("cpu", &h, &s, &err), &err);
+    int64_t per = count_lines(logp, "\"layer\":\"a\",") / 2;
+    CHECKF(per > 0 && per <= (int64_t)floor(0.3 * (double)s.count), "measured %lld of %lld", (long long)per,
+           (long long)s.count);
+    CHECK(count_lines(logp, s.json[s.default_index]) == 4); /* the default, once per workload */
+    tj_tune_space_free(&s);
+}
+
+int main(void)
+{
+    exe = getenv("TJ_TILEJIT");
+    const char *tmp = getenv("TMPDIR");
+    snprintf(dir, sizeof dir, "%s/tj_tune_XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(dir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    test_records();
+    test_db();
+    test_space();
+    if (!exe) {
+        fprintf(stderr, "TJ_TILEJIT not set: skipping the sweeps\n");
+    } else {
+        write_model();
+        test_failures();
+        char cfgs[700], extra[800];
+        snprintf(cfgs, sizeof cfgs, "%s/list.json", dir);
+        FILE *f = fopen(cfgs, "w");
+        fputs("[", f);
+        for (int i = 0; i < 24; i++) fprintf(f, "%s{\"mr\":%d,\"unroll\":%d}", i ? "," : "", 1 + i % 12, 1 + i / 12);
+        fputs("]", f);
+        fclose(f);
+        snprintf(extra, sizeof extra, "--configs '%s'", cfgs);
+        test_shards("exhaustive", extra);
+        test_shards("adaptive", "");
+        test_adaptive_bound();
+    }
+    if (!tj_test_failures) sh("rm -rf '%s'", dir);
+    return tj_test_end();
+}
