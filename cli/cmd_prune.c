@@ -27,7 +27,7 @@ static const char *help =
     "                   regex (unanchored); default: every 2-D F32/F16/BF16 NAME.weight except\n"
     "                   embedding tables (NAME containing 'embed')\n"
     "  --scores FILE    per-weight scores (e.g. accumulated Taylor scores) as tensors NAME.weight\n"
-    "                   of the same shapes; default: the weights' magnitudes\n"
+    "                   (or NAME.score) of the weights' shapes; default: the weights' magnitudes\n"
     "  --pruned-weights OUT  also write the weights with every pruned weight set to zero; all\n"
     "                   other tensors (biases, embeddings, norms) are copied unchanged\n\n"
     "A tile-row's score is the L2 norm of its weights' scores divided by its length (a column's\n"

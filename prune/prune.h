@@ -59,7 +59,8 @@ tj_status tj_prune_layers(const tj_prune_layer_in *in, int64_t nlayers, const tj
  * (unanchored, like grep -E), or by default every 2-D floating-point NAME.weight except
  * embedding tables (names containing "embed": they are looked up, not multiplied). A selected
  * tensor that is not 2-D or not F32/F16/BF16 is an error, as is selecting nothing. With a scores
- * file, each layer's scores are its tensor NAME.weight there (same shape). Layers come in
+ * file, each layer's scores are its tensor NAME.weight there, else NAME.score (same shape as the
+ * weights). Layers come in
  * natural name order (layer.2 before layer.10). *out points into the mapped files for data;
  * the caller frees the array (names included) with one free(). */
 tj_status tj_prune_select(const tj_st_file *weights, const char *regex, const tj_st_file *scores,

@@ -90,10 +90,20 @@ tj_status tj_prune_select(const tj_st_file *wf, const char *regex, const tj_st_f
         L->w = t->data;
         L->wdt = t->dtype;
         if (sf) {
+            /* NAME.weight, or NAME.score as PAPER.md names Taylor-score tensors. */
             const tj_st_tensor *st = tj_st_find(sf, t->name);
             if (!st) {
-                s = tj_fail(err, TJ_ERR_NOT_FOUND, "%s: scores file has no tensor '%s' for layer '%s'", sf->path, t->name,
-                            L->name);
+                size_t nlen = strlen(L->name);
+                char *alt = malloc(nlen + 7);
+                if (!alt) goto oom;
+                memcpy(alt, L->name, nlen);
+                memcpy(alt + nlen, ".score", 7);
+                st = tj_st_find(sf, alt);
+                free(alt);
+            }
+            if (!st) {
+                s = tj_fail(err, TJ_ERR_NOT_FOUND, "%s: scores file has no tensor '%s' (nor '%s.score') for layer '%s'",
+                            sf->path, t->name, L->name, L->name);
                 goto fail;
             }
             char sshape[128];

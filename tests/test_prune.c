@@ -574,6 +574,20 @@ static void test_select_errors(void)
         CHECKF(st == TJ_ERR_INVALID_ARGUMENT && strstr(err.msg, "[200, 300]") && strstr(err.msg, "[300, 200]"), "%s", err.msg);
         tj_st_close(sf);
     }
+    /* NAME.score is accepted too (PAPER.md's name for Taylor scores). */
+    tj_st_out_tensor alt[1] = {{"block.0.linear.score", "F32", 2, shapes[0], m2.w[0], 300 * 200 * 4}};
+    CHECK_OK(tj_st_write(sc, alt, 1, NULL, &err), &err);
+    sf = NULL;
+    CHECK_OK(tj_st_open(sc, &sf, &err), &err);
+    if (sf) {
+        CHECK_OK(tj_prune_select(wf, "block\\.0", sf, &in, &nl, &err), &err);
+        CHECK(nl == 1 && in && in[0].score == tj_st_find(sf, "block.0.linear.score")->data);
+        free(in);
+        in = NULL;
+        st = tj_prune_select(wf, "block\\.[01]", sf, &in, &nl, &err);
+        CHECKF(st == TJ_ERR_NOT_FOUND && strstr(err.msg, "nor 'block.1.linear.score'"), "%s", err.msg);
+        tj_st_close(sf);
+    }
     /* A pattern whose layer is missing from the weights cannot be written. */
     tj_pattern *p = NULL;
     CHECK_OK(tj_pattern_from_weights(m.in, 1, 128, &p, &err), &err);
