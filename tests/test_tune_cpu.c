@@ -1,0 +1,112 @@
+/* Autotuner on the CPU backend (suite cpu): a real sweep (JIT, check, timing) where one config is
+ * rejected by the backend (compile_error), one computes wrongly and one hangs; then `tilejit run
+ * --tuning-log -v` must load the tuned config and say so, and still match the reference. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "autotune.h"
+#include "model.h"
+#include "npy.h"
+#include "random_pattern.h"
+#include "tj_test.h"
+
+static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int sh(const char *fmt, ...)
+{
+    char cmd[8192];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    int rc = system(cmd);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+static int64_t grep(const char *path, const char *needle)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    char line[65536];
+    int64_t n = 0;
+    while (fgets(line, sizeof line, f)) n += strstr(line, needle) != NULL;
+    fclose(f);
+    return n;
+}
+
+int main(void)
+{
+    const char *exe = getenv("TJ_TILEJIT");
+    if (!exe) return 77;
+    char dir[512], pat[600], wts[600], cfgs[600], logp[600], out[600], xin[600], yout[600];
+    const char *tmp = getenv("TMPDIR");
+    snprintf(dir, sizeof dir, "%s/tj_tune_cpu_XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(dir)) return 1;
+    snprintf(pat, sizeof pat, "%s/p.json", dir);
+    snprintf(wts, sizeof wts, "%s/w.safetensors", dir);
+    snprintf(cfgs, sizeof cfgs, "%s/c.json", dir);
+    snprintf(logp, sizeof logp, "%s/log.jsonl", dir);
+    snprintf(out, sizeof out, "%s/out.txt", dir);
+    snprintf(xin, sizeof xin, "%s/x.npy", dir);
+    snprintf(yout, sizeof yout, "%s/y.npy", dir);
+
+    tj_error err;
+    tj_layer l;
+    tj_random_spec spec = {.n = 256, .k = 192, .g = 64, .sparsity = 0.75, .mode = 1, .seed = 11, .act = TJ_ACT_RELU};
+    CHECK_OK(tj_random_layer(&spec, "fc", &l, &err), &err);
+    tj_pattern p = {1, &l};
+    CHECK_OK(tj_pattern_save(&p, pat, &err), &err);
+    tj_rng rng = {9};
+    float *w = malloc(256 * 192 * sizeof *w), bias[256];
+    tj_test_fill(&rng, w, 256 * 192);
+    tj_test_fill(&rng, bias, 256);
+    int64_t sw[2] = {256, 192}, sb[1] = {256};
+    tj_st_out_tensor t[2] = {{"fc.weight", "F32", 2, sw, w, sizeof(float) * 256 * 192},
+                             {"fc.bias", "F32", 1, sb, bias, sizeof bias}};
+    CHECK_OK(tj_st_write(wts, t, 2, NULL, &err), &err);
+
+    /* mr 16 × nr 64 cannot fit the registers: the backend refuses it (compile_error) */
+    FILE *f = fopen(cfgs, "w");
+    fputs("[{\"mb\":0,\"mr\":12,\"nr\":32,\"offsets\":\"table\",\"unroll\":4},"
+          "{\"mb\":0,\"mr\":4,\"nr\":16,\"offsets\":\"unrolled\",\"unroll\":8},"
+          "{\"mr\":16,\"nr\":64},{\"mr\":2,\"nr\":16,\"_inject\":\"wrong\"},{\"mr\":6,\"nr\":16,\"_inject\":\"hang\"}]", f);
+    fclose(f);
+    int rc = sh("'%s' tune '%s' --weights '%s' --backend cpu --configs '%s' --m 40 --timeout 10 --min-time 0.02 "
+                "--log '%s' > '%s' 2>&1", exe, pat, wts, cfgs, logp, out);
+    CHECKF(rc == 0, "tune failed: see %s", out);
+    CHECK(grep(logp, "\"status\":\"ok\"") == 2);
+    CHECK(grep(logp, "\"status\":\"compile_error\"") == 1 && grep(logp, "vector registers") == 1);
+    CHECK(grep(logp, "\"status\":\"wrong_result\"") == 1);
+    CHECK(grep(logp, "\"status\":\"timeout\"") == 1);
+    CHECK(grep(logp, "\"compiler\":\"LLVM 19") == 5);
+
+    /* run with the log: the tuned config is used (-v says which) and the result is right */
+    float *x = malloc(40 * 192 * sizeof *x);
+    tj_test_fill(&rng, x, 40 * 192);
+    CHECK_OK(tj_npy_write(xin, TJ_F32, 40, 192, x, &err), &err);
+    rc = sh("'%s' run '%s' --weights '%s' --layer fc --input '%s' --output '%s' --backend cpu --tuning-log '%s' -v "
+            "> '%s' 2>&1", exe, pat, wts, xin, yout, logp, out);
+    CHECK(rc == 0);
+    CHECKF(grep(out, "tuning: layer 'fc'") == 1 && grep(out, "match: device, pattern") == 1, "see %s", out);
+    tj_npy y = {0};
+    CHECK_OK(tj_npy_read(yout, &y, &err), &err);
+    float *yref = malloc(40 * 256 * sizeof *yref);
+    tj_layer_weights lw = {w, TJ_F32, bias, TJ_F32};
+    tj_reference_linear(&l, &lw, x, 40, yref);
+    CHECK(y.data && y.rows == 40 && y.cols == 256 && tj_test_relerr(y.data, yref, 40 * 256) < 1e-5);
+    tj_npy_free(&y);
+    /* a missing log is one clear error */
+    rc = sh("'%s' run '%s' --weights '%s' --layer fc --input '%s' --output '%s' --backend cpu --tuning-log '%s/none' "
+            "> '%s' 2>&1", exe, pat, wts, xin, yout, dir, out);
+    CHECK(rc == 1 && grep(out, "none") == 1);
+    free(x);
+    free(yref);
+    free(w);
+    tj_layer_free(&l);
+    if (!tj_test_failures) sh("rm -rf '%s'", dir);
+    return tj_test_end();
+}
