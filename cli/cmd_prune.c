@@ -11,7 +11,7 @@
 
 static const char *help =
     "usage: tilejit prune --weights W.safetensors --sparsity S [--g 128] [--mode tw1|tw2|tew] [--ew F]\n"
-    "                     [--layers REGEX] [--scores SCORES.safetensors] -o PATTERN\n"
+    "                     [--tew-base tw1|tw2] [--layers REGEX] [--scores SCORES.safetensors] -o PATTERN\n"
     "                     [--pruned-weights OUT.safetensors]\n\n"
     "Prunes the linear layers of a checkpoint to a tile-wise pattern, all layers against one\n"
     "global threshold (so layers come out with different densities), and writes it to PATTERN.\n\n"
@@ -20,9 +20,10 @@ static const char *help =
     "  --mode tw1       per tile, prune whole input-feature rows (default)\n"
     "         tw2       first prune whole output features (s' = 1 - sqrt(1 - S) of the weights),\n"
     "                   re-tile the kept ones, then prune rows per tile to reach S\n"
-    "         tew       tw1 at S + F, then add back the top F of the removed weights as the\n"
-    "                   unstructured residual `ew`\n"
+    "         tew       tw1 (or tw2, see --tew-base) at S + F, then add back the top F of the\n"
+    "                   removed weights, by score, as the unstructured residual `ew`\n"
     "  --ew F           tew's residual as a fraction of all weights (default 0.01; tew only)\n"
+    "  --tew-base M     tew's tile-wise part: tw1 (default) or tw2\n"
     "  --layers REGEX   prune the tensors NAME.weight whose NAME matches this POSIX extended\n"
     "                   regex (unanchored); default: every 2-D F32/F16/BF16 NAME.weight except\n"
     "                   embedding tables (NAME containing 'embed')\n"
@@ -63,12 +64,12 @@ void cli_print_pattern_summary(const tj_pattern *p)
 int cmd_prune(int argc, char **argv)
 {
     const char *weights = NULL, *sparsity = NULL, *g_s = NULL, *mode_s = NULL, *ew_s = NULL, *layers = NULL,
-               *scores = NULL, *out = NULL, *pruned = NULL, *pos[1];
+               *scores = NULL, *out = NULL, *pruned = NULL, *base_s = NULL, *pos[1];
     int npos;
     cli_opt opts[] = {{"weights", 1, &weights, NULL}, {"sparsity", 1, &sparsity, NULL}, {"g", 1, &g_s, NULL},
                       {"mode", 1, &mode_s, NULL},      {"ew", 1, &ew_s, NULL},             {"layers", 1, &layers, NULL},
                       {"scores", 1, &scores, NULL},    {"o", 1, &out, NULL},               {"output", 1, &out, NULL},
-                      {"pruned-weights", 1, &pruned, NULL}, {0}};
+                      {"pruned-weights", 1, &pruned, NULL}, {"tew-base", 1, &base_s, NULL}, {0}};
     int r = cli_parse("prune", argc, argv, opts, pos, 0, &npos);
     if (r == 2) {
         fputs(help, stdout);
@@ -90,6 +91,11 @@ int cmd_prune(int argc, char **argv)
         if (cli_parse_double("prune", "ew", ew_s, 0, 1, &opt.ew_fraction)) return 1;
         if (!(opt.ew_fraction > 0 && opt.ew_fraction < 1))
             return cli_fail("prune", "--ew: '%s' is outside (0, 1)", ew_s);
+    }
+    if (base_s) {
+        if (opt.mode != TJ_PRUNE_TEW) return cli_fail("prune", "--tew-base applies only to --mode tew");
+        if (!tj_prune_mode_parse(base_s, &opt.tew_base) || opt.tew_base == TJ_PRUNE_TEW)
+            return cli_fail("prune", "--tew-base: '%s' is not tw1 or tw2", base_s);
     }
     if (opt.mode == TJ_PRUNE_TEW && !(opt.sparsity + opt.ew_fraction < 1))
         return cli_fail("prune", "--sparsity %g plus --ew %g must stay below 1 (tew prunes tile-wise at S + F)",
@@ -115,7 +121,7 @@ int cmd_prune(int argc, char **argv)
     double t2 = now_s();
     cli_print_pattern_summary(p);
     printf("mode %s, sparsity %g, g %lld", tj_prune_mode_name(opt.mode), opt.sparsity, (long long)opt.g);
-    if (opt.mode == TJ_PRUNE_TEW) printf(", ew %g", opt.ew_fraction);
+    if (opt.mode == TJ_PRUNE_TEW) printf(" over %s, ew %g", tj_prune_mode_name(opt.tew_base), opt.ew_fraction);
     printf("; pruned in %.2f s, wrote %s%s%s in %.2f s\n", t1 - t0, out, pruned ? " and " : "", pruned ? pruned : "",
            t2 - t1);
     rc = 0;

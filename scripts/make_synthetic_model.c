@@ -37,11 +37,25 @@ typedef struct tensor {
     uint64_t seed;
 } tensor;
 
-static double normal(tj_rng *r)
+/* Box–Muller, both halves used; the spare lives with the stream so tensors stay independent. */
+typedef struct normal_rng {
+    tj_rng r;
+    int has_spare;
+    double spare;
+} normal_rng;
+
+static double normal(normal_rng *g)
 {
-    double u1 = ((double)(tj_rng_next(r) >> 11) + 0.5) / 9007199254740992.0;
-    double u2 = (double)(tj_rng_next(r) >> 11) / 9007199254740992.0;
-    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+    if (g->has_spare) {
+        g->has_spare = 0;
+        return g->spare;
+    }
+    double u1 = ((double)(tj_rng_next(&g->r) >> 11) + 0.5) / 9007199254740992.0;
+    double u2 = (double)(tj_rng_next(&g->r) >> 11) / 9007199254740992.0;
+    double rad = sqrt(-2.0 * log(u1)), a = 6.283185307179586 * u2;
+    g->spare = rad * sin(a);
+    g->has_spare = 1;
+    return rad * cos(a);
 }
 
 typedef struct fill_ctx {
@@ -61,7 +75,7 @@ static tj_status fill(void *user, int64_t index, void *buf, tj_error *err)
     (void)err;
     fill_ctx *c = user;
     const tensor *t = &c->ts[index];
-    tj_rng r = {t->seed};
+    normal_rng r = {{t->seed}, 0, 0};
     size_t es = tj_dtype_size(c->sp->dtype);
     if (t->kind == K_IDS) {
         int64_t *ids = buf;

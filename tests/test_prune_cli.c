@@ -118,6 +118,11 @@ static void test_cli(void)
         snprintf(args, sizeof args, "inspect '%s' --weights '%s'", q, pw);
         CHECKF(run(tilejit, args) == 0, "%s: %s", args, err_text);
     }
+    /* tew over tw2: pruned columns and an ew residual. */
+    snprintf(args, sizeof args, "prune --weights '%s' --sparsity 0.75 --mode tew --tew-base tw2 --ew 0.02 -o '%s'", m, p);
+    CHECKF(run(tilejit, args) == 0, "%s: %s", args, err_text);
+    CHECKF(strstr(out_text, "over tw2, ew 0.02") && fabs(summary_density() - 25) <= 0.5, "%s", out_text);
+    CHECK(strstr(out_text, "(7864 ew)") != NULL); /* 0.02 · 393216 */
     /* --layers restricts pruning; the other layers are copied unchanged. */
     snprintf(args, sizeof args, "prune --weights '%s' --sparsity 0.5 --layers 'intermediate' --g 64 -o '%s'", m, p);
     CHECKF(run(tilejit, args) == 0, "%s: %s", args, err_text);
@@ -142,6 +147,10 @@ static void test_cli(void)
     expect_fail(tilejit, args, P, "--ew applies only to --mode tew");
     snprintf(args, sizeof args, "prune --weights '%s' --sparsity 0.95 --mode tew --ew 0.05 -o '%s'", m, p);
     expect_fail(tilejit, args, P, "must stay below 1");
+    snprintf(args, sizeof args, "prune --weights '%s' --sparsity 0.5 --tew-base tw2 -o '%s'", m, p);
+    expect_fail(tilejit, args, P, "--tew-base applies only to --mode tew");
+    snprintf(args, sizeof args, "prune --weights '%s' --sparsity 0.5 --mode tew --tew-base tew -o '%s'", m, p);
+    expect_fail(tilejit, args, P, "is not tw1 or tw2");
     snprintf(args, sizeof args, "prune --weights '%s' --sparsity 0.5 --g 0 -o '%s'", m, p);
     expect_fail(tilejit, args, P, "--g");
     snprintf(args, sizeof args, "prune --weights '%s' --sparsity 0.5 --layers 'attention\\.nothing' -o '%s'", m, p);
