@@ -1,12 +1,11 @@
 """ctypes declarations of tilejit's public C API (include/tilejit.h) and how the library is found.
 
-Search order for libtilejit.so: $TILEJIT_LIBRARY (a file path), then a meson build folder of the
-source tree this package sits in (../build*/ when imported from python/ in a checkout) or of the
-current directory (./build), then the system's library path (ldconfig, LD_LIBRARY_PATH).
+Search order for libtilejit.so: $TILEJIT_LIBRARY (a file path), then build/libtilejit.so of the
+source tree this package sits in (when imported from python/ in a checkout) or of the current
+directory, then the system's library path (ldconfig, LD_LIBRARY_PATH).
 """
 import ctypes
 import ctypes.util
-import glob
 import os
 
 # --- DLPack (dlpack.h, the ABI shared by v0.6 and v1.x for DLTensor) ---------------------------
@@ -87,8 +86,8 @@ def _candidates():
         return  # an explicit choice is final: never silently load another build
     here = os.path.dirname(os.path.abspath(__file__))
     for root in (os.path.dirname(os.path.dirname(here)), os.getcwd()):
-        for d in ["build"] + sorted(glob.glob(os.path.join(root, "build*"))):
-            yield os.path.join(root, d, "libtilejit.so")
+        yield os.path.join(root, "build", "libtilejit.so")  # scripts/build's folder only: other
+        # build-* folders may hold sanitizer or debug builds that cannot be loaded into Python
     found = ctypes.util.find_library("tilejit")
     if found:
         yield found
