@@ -340,7 +340,7 @@ static tj_status build_layer(const work *w, const unsigned char *drop, tj_layer 
         out->ew_indices = malloc((size_t)(w->ew_nnz ? w->ew_nnz : 1) * sizeof *out->ew_indices);
         if (!out->ew_indptr || !out->ew_indices) goto oom;
         memcpy(out->ew_indptr, w->ew_ptr, (size_t)(L->n + 1) * sizeof *out->ew_indptr);
-        memcpy(out->ew_indices, w->ew, (size_t)w->ew_nnz * sizeof *out->ew_indices);
+        if (w->ew_nnz) memcpy(out->ew_indices, w->ew, (size_t)w->ew_nnz * sizeof *out->ew_indices);
         out->ew_nnz = w->ew_nnz;
     }
     TJ_TRY(tj_layer_validate(out, out->name, err));

@@ -373,9 +373,9 @@ static void write_model_file(const model *m, const char *path, tj_dtype dt)
     void *bufs[32] = {0};
     int n = 0;
     int64_t one[1] = {4}, ids_shape[2] = {1, 3}, emb_shape[2] = {10, 8};
-    static float bias[300], norm[4] = {1, 2, 3, 4}, emb[80];
+    static float bias[512], norm[4] = {1, 2, 3, 4}, emb[80];
     static int64_t ids[3] = {0, 1, 2};
-    for (int i = 0; i < 300; i++) bias[i] = (float)i * 0.01f;
+    for (int i = 0; i < 512; i++) bias[i] = (float)i * 0.01f;
     for (int i = 0; i < 80; i++) emb[i] = (float)i;
     for (int l = 0; l < m->nl; l++) {
         int64_t cnt = m->in[l].n * m->in[l].k;
