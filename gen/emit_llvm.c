@@ -1,0 +1,868 @@
+/* Stage 4 (CPU): emits LLVM IR for one layer under one tj_cpu_config, through the LLVM 19 C API.
+ *
+ *   item(x, y, wp, bk, slot, m0, m1)       one work item: tile plan->order[slot], tokens [m0, m1)
+ *     for each column block of nr features of the tile (weights slice stays in L1):
+ *       for each block of mr tokens:  mk[mr'][nv'](...)   or, unrolled mode, tile_<slot>(...)
+ *   mk: acc[mr × nv] <V x float> = 0
+ *       for each kept row r of the tile:                    (offset = rows_t[r], baked)
+ *         w[j] = load <V x float> wp[r·ld + j·V]            (packed k-major, aligned)
+ *         for i < mr: acc[i][j] = fmuladd(splat(x[i·K + offset]), w[j], acc[i][j])
+ *       epilogue: + bias, activation (when no ew), store or scatter to cols
+ *   post(x, y, ewv, bias, m0, m1)          second pass: pruned features (act(bias)) and the ew
+ *                                           residual, then the activation for those features
+ *
+ * x: fp32 [M × K] row-major, y: fp32 [M × N], wp: the plan's packed fp32 weights (64-byte
+ * aligned), bk: bias in kept-column order padded to bk_elems (zeros without bias), ewv: ew
+ * weights in CSR order, bias: fp32 [N] or NULL. Offsets are baked as a constant i32 table read
+ * by a rolled loop unrolled `unroll` times (table mode) or as immediates in straight-line code,
+ * one function per tile (unrolled mode, capped at TJ_CPU_UNROLLED_MAX_STEPS row steps). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+#include <llvm-c/Analysis.h>
+#include <llvm-c/Core.h>
+#include <llvm-c/TargetMachine.h>
+
+#include "emit_llvm.h"
+#include "tj_config.h"
+
+#define TJ_CPU_UNROLLED_MAX_STEPS 16384 /* row steps × register-block size bound code size */
+#define TJ_CPU_MAX_MR 16
+
+/* ---------------------------------------------------------------- configs */
+
+tj_cpu_config tj_cpu_config_default(void)
+{
+    tj_cpu_config c = {.mr = 12, .nr = 32, .offsets = TJ_CPU_OFFSETS_TABLE, .unroll = 4, .mb = 0, .vec = 0};
+    return c;
+}
+
+static const tj_cpu_config config_space[] = {
+    {12, 32, TJ_CPU_OFFSETS_TABLE, 4, 0, 0},
+    {12, 32, TJ_CPU_OFFSETS_TABLE, 1, 0, 0},
+    {14, 32, TJ_CPU_OFFSETS_TABLE, 4, 0, 0},
+    {8, 48, TJ_CPU_OFFSETS_TABLE, 4, 0, 0},
+    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 0, 0},
+    {4, 64, TJ_CPU_OFFSETS_TABLE, 2, 0, 0},
+    {12, 32, TJ_CPU_OFFSETS_TABLE, 4, 48, 0},
+    {12, 32, TJ_CPU_OFFSETS_UNROLLED, 8, 0, 0},
+    {6, 64, TJ_CPU_OFFSETS_UNROLLED, 8, 0, 0},
+    /* AVX2-sized blocks (12 accumulators of 16 registers) */
+    {6, 16, TJ_CPU_OFFSETS_TABLE, 4, 0, 8},
+    {4, 24, TJ_CPU_OFFSETS_TABLE, 4, 0, 8},
+};
+
+const tj_cpu_config *tj_cpu_config_space(int *count)
+{
+    *count = (int)(sizeof config_space / sizeof *config_space);
+    return config_space;
+}
+
+int tj_cpu_host_vec(void)
+{
+    char *f = LLVMGetHostCPUFeatures();
+    int v = 1;
+    if (f) {
+        if (strstr(f, "+avx512f")) v = 16;
+        else if (strstr(f, "+avx2") && strstr(f, "+fma")) v = 8;
+        LLVMDisposeMessage(f);
+    }
+    return v;
+}
+
+static int vec_regs(int vec) { return vec >= 16 ? 32 : 16; }
+
+tj_status tj_cpu_config_check(const tj_cpu_config *c, tj_error *err)
+{
+    if (c->vec != 1 && c->vec != 4 && c->vec != 8 && c->vec != 16)
+        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: vec %d is not 1, 4, 8 or 16", c->vec);
+    if (c->mr < 1 || c->mr > TJ_CPU_MAX_MR)
+        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: mr %d is outside [1, %d]", c->mr, TJ_CPU_MAX_MR);
+    if (c->nr < c->vec || c->nr % c->vec || c->nr > 256)
+        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: nr %d is not a multiple of the vector width %d (at most 256)",
+                       c->nr, c->vec);
+    int nv = c->nr / c->vec;
+    if (c->mr * nv + nv + 1 > vec_regs(c->vec))
+        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT,
+                       "cpu config: mr %d × nr %d needs %d vector registers, the host has %d", c->mr, c->nr,
+                       c->mr * nv + nv + 1, vec_regs(c->vec));
+    if (c->unroll < 1 || c->unroll > 64)
+        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: unroll %d is outside [1, 64]", c->unroll);
+    if (c->mb < 0 || c->mb > 1 << 20)
+        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: mb %d is outside [0, 2^20]", c->mb);
+    return TJ_OK;
+}
+
+static tj_status json_int(json_t *o, const char *key, int lo, int hi, int *out, tj_error *err)
+{
+    json_t *v = json_object_get(o, key);
+    if (!v) return TJ_OK;
+    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi)
+        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: '%s' must be an integer in [%d, %d]", key, lo, hi);
+    *out = (int)json_integer_value(v);
+    return TJ_OK;
+}
+
+tj_status tj_cpu_config_from_json(const char *json, tj_cpu_config *out, tj_error *err)
+{
+    *out = tj_cpu_config_default();
+    if (!json || !*json) return TJ_OK;
+    json_error_t je;
+    json_t *o = json_loads(json, 0, &je);
+    if (!o || !json_is_object(o)) {
+        json_decref(o);
+        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: not a JSON object: %s", o ? json : je.text);
+    }
+    tj_status s = TJ_OK;
+    const char *key;
+    json_t *v;
+    json_object_foreach(o, key, v) {
+        if (strcmp(key, "mr") && strcmp(key, "nr") && strcmp(key, "offsets") && strcmp(key, "unroll") &&
+            strcmp(key, "mb") && strcmp(key, "vec") && strcmp(key, "backend")) {
+            s = tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: unknown key '%s' (mr, nr, offsets, unroll, mb, vec)", key);
+            goto done;
+        }
+    }
+    if ((s = json_int(o, "mr", 1, TJ_CPU_MAX_MR, &out->mr, err))) goto done;
+    if ((s = json_int(o, "nr", 1, 256, &out->nr, err))) goto done;
+    if ((s = json_int(o, "unroll", 1, 64, &out->unroll, err))) goto done;
+    if ((s = json_int(o, "mb", 0, 1 << 20, &out->mb, err))) goto done;
+    if ((s = json_int(o, "vec", 0, 16, &out->vec, err))) goto done;
+    v = json_object_get(o, "offsets");
+    if (v) {
+        const char *m = json_string_value(v);
+        if (m && strcmp(m, "table") == 0) out->offsets = TJ_CPU_OFFSETS_TABLE;
+        else if (m && strcmp(m, "unrolled") == 0) out->offsets = TJ_CPU_OFFSETS_UNROLLED;
+        else {
+            s = tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: 'offsets' must be \"table\" or \"unrolled\"");
+            goto done;
+        }
+    }
+done:
+    json_decref(o);
+    return s;
+}
+
+char *tj_cpu_config_to_json(const tj_cpu_config *c)
+{
+    char buf[160];
+    snprintf(buf, sizeof buf, "{\"mr\": %d, \"nr\": %d, \"offsets\": \"%s\", \"unroll\": %d, \"mb\": %d, \"vec\": %d}",
+             c->mr, c->nr, c->offsets == TJ_CPU_OFFSETS_UNROLLED ? "unrolled" : "table", c->unroll, c->mb, c->vec);
+    return strdup(buf);
+}
+
+/* ---------------------------------------------------------------- emitter state */
+
+typedef struct em {
+    LLVMContextRef c;
+    LLVMModuleRef m;
+    LLVMBuilderRef b;
+    const tj_layer *l;
+    const tj_plan *p;
+    const tj_cpu_config *cfg;
+    const char *prefix;
+    int V, NV;
+    int fused_act;
+    LLVMTypeRef f32, i1, i8, i32, i64, ptr, vf, vi32, vmask, vptr, voidt;
+    LLVMTypeRef mk_ty;          /* micro-kernel signature */
+    LLVMValueRef fma, fma_s;    /* llvm.fmuladd on <V x float> and float */
+    LLVMTypeRef fma_ty, fma_s_ty;
+    LLVMValueRef g_offs, g_cols, g_tab[6];
+    char *cpu, *features;
+} em;
+
+static LLVMValueRef ci64(em *e, int64_t v) { return LLVMConstInt(e->i64, (unsigned long long)v, 1); }
+static LLVMValueRef ci32(em *e, int64_t v) { return LLVMConstInt(e->i32, (unsigned long long)v, 1); }
+
+static LLVMValueRef intrinsic(em *e, const char *name, LLVMTypeRef *tys, size_t n, LLVMTypeRef *fty)
+{
+    unsigned id = LLVMLookupIntrinsicID(name, strlen(name));
+    *fty = LLVMIntrinsicGetType(e->c, id, tys, n);
+    return LLVMGetIntrinsicDeclaration(e->m, id, tys, n);
+}
+
+static LLVMValueRef call(em *e, LLVMTypeRef fty, LLVMValueRef fn, LLVMValueRef *args, unsigned n)
+{
+    return LLVMBuildCall2(e->b, fty, fn, args, n, "");
+}
+
+static void set_fn_attrs(em *e, LLVMValueRef fn)
+{
+    LLVMAttributeRef a = LLVMCreateStringAttribute(e->c, "target-cpu", 10, e->cpu, (unsigned)strlen(e->cpu));
+    LLVMAddAttributeAtIndex(fn, LLVMAttributeFunctionIndex, a);
+    a = LLVMCreateStringAttribute(e->c, "target-features", 15, e->features, (unsigned)strlen(e->features));
+    LLVMAddAttributeAtIndex(fn, LLVMAttributeFunctionIndex, a);
+    unsigned nounwind = LLVMGetEnumAttributeKindForName("nounwind", 8);
+    LLVMAddAttributeAtIndex(fn, LLVMAttributeFunctionIndex, LLVMCreateEnumAttribute(e->c, nounwind, 0));
+}
+
+static LLVMValueRef new_fn(em *e, const char *name, LLVMTypeRef ty, int internal)
+{
+    LLVMValueRef fn = LLVMAddFunction(e->m, name, ty);
+    if (internal) LLVMSetLinkage(fn, LLVMInternalLinkage);
+    set_fn_attrs(e, fn);
+    return fn;
+}
+
+static LLVMValueRef const_global(em *e, const char *suffix, LLVMValueRef init)
+{
+    char name[128];
+    snprintf(name, sizeof name, "%s.%s", e->prefix, suffix);
+    LLVMValueRef g = LLVMAddGlobal(e->m, LLVMTypeOf(init), name);
+    LLVMSetInitializer(g, init);
+    LLVMSetGlobalConstant(g, 1);
+    LLVMSetLinkage(g, LLVMInternalLinkage);
+    LLVMSetUnnamedAddr(g, 1);
+    LLVMSetAlignment(g, 64);
+    return g;
+}
+
+static LLVMValueRef gep(em *e, LLVMTypeRef ty, LLVMValueRef base, LLVMValueRef idx)
+{
+    return LLVMBuildInBoundsGEP2(e->b, ty, base, &idx, 1, "");
+}
+
+static LLVMValueRef load(em *e, LLVMTypeRef ty, LLVMValueRef p, unsigned align)
+{
+    LLVMValueRef v = LLVMBuildLoad2(e->b, ty, p, "");
+    LLVMSetAlignment(v, align);
+    return v;
+}
+
+static void store(em *e, LLVMValueRef v, LLVMValueRef p, unsigned align)
+{
+    LLVMSetAlignment(LLVMBuildStore(e->b, v, p), align);
+}
+
+static LLVMValueRef splat_f(em *e, LLVMTypeRef ty, double v)
+{
+    LLVMValueRef s = LLVMConstReal(e->f32, v);
+    if (ty == e->f32) return s;
+    LLVMValueRef el[16];
+    for (int i = 0; i < e->V; i++) el[i] = s;
+    return LLVMConstVector(el, (unsigned)e->V);
+}
+
+static LLVMValueRef splat_v(em *e, LLVMValueRef s)
+{
+    LLVMValueRef v = LLVMBuildInsertElement(e->b, LLVMGetPoison(e->vf), s, ci32(e, 0), "");
+    if (e->V == 1) return v;
+    return LLVMBuildShuffleVector(e->b, v, LLVMGetPoison(e->vf), LLVMConstNull(LLVMVectorType(e->i32, (unsigned)e->V)), "");
+}
+
+/* erf(v) for |v| ≤ 4 by a rational minimax fit (Eigen's/XLA's float erf), clamped outside:
+ * absolute error < 5e-7, vectorises with no calls. ty: float or <V x float>. */
+static LLVMValueRef emit_erf(em *e, LLVMTypeRef ty, LLVMValueRef x)
+{
+    static const double alpha[] = {-2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06,
+                                   -5.69250639462346e-05, -7.34990630326855e-04, -2.95459980854025e-03,
+                                   -1.60960333262415e-02};
+    static const double beta[] = {-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03,
+                                  -7.37332916720468e-03, -1.42647390514189e-02};
+    LLVMTypeRef fty;
+    LLVMValueRef mn = intrinsic(e, "llvm.minnum", &ty, 1, &fty);
+    LLVMValueRef mx = intrinsic(e, "llvm.maxnum", &ty, 1, &fty);
+    LLVMValueRef fm = ty == e->f32 ? e->fma_s : e->fma;
+    LLVMTypeRef fmty = ty == e->f32 ? e->fma_s_ty : e->fma_ty;
+    LLVMValueRef a[3] = {x, splat_f(e, ty, 4.0)};
+    x = call(e, fty, mn, a, 2);
+    a[0] = x;
+    a[1] = splat_f(e, ty, -4.0);
+    x = call(e, fty, mx, a, 2);
+    LLVMValueRef x2 = LLVMBuildFMul(e->b, x, x, "");
+    LLVMValueRef pn = splat_f(e, ty, alpha[0]);
+    for (int i = 1; i < 7; i++) {
+        LLVMValueRef f[3] = {pn, x2, splat_f(e, ty, alpha[i])};
+        pn = call(e, fmty, fm, f, 3);
+    }
+    pn = LLVMBuildFMul(e->b, pn, x, "");
+    LLVMValueRef q = splat_f(e, ty, beta[0]);
+    for (int i = 1; i < 5; i++) {
+        LLVMValueRef f[3] = {q, x2, splat_f(e, ty, beta[i])};
+        q = call(e, fmty, fm, f, 3);
+    }
+    return LLVMBuildFDiv(e->b, pn, q, "");
+}
+
+static LLVMValueRef emit_act(em *e, LLVMTypeRef ty, LLVMValueRef v)
+{
+    switch (e->l->act) {
+    case TJ_ACT_RELU: {
+        LLVMTypeRef fty;
+        LLVMValueRef mx = intrinsic(e, "llvm.maxnum", &ty, 1, &fty);
+        LLVMValueRef a[2] = {v, splat_f(e, ty, 0.0)};
+        return call(e, fty, mx, a, 2);
+    }
+    case TJ_ACT_GELU: {
+        LLVMValueRef t = emit_erf(e, ty, LLVMBuildFMul(e->b, v, splat_f(e, ty, 0.70710678118654752440), ""));
+        t = LLVMBuildFAdd(e->b, t, splat_f(e, ty, 1.0), "");
+        return LLVMBuildFMul(e->b, LLVMBuildFMul(e->b, v, splat_f(e, ty, 0.5), ""), t, "");
+    }
+    default: return v;
+    }
+}
+
+/* ---------------------------------------------------------------- micro-kernels */
+
+enum { MK_X, MK_Y, MK_W, MK_OFFS, MK_NROWS, MK_LD, MK_BK, MK_COLS, MK_VALID, MK_NARGS };
+
+/* One kept row: acc[i][j] += x[i·K + off] · w[j]. off: i64 value (table) or constant. */
+static void emit_row(em *e, int mr, int nv, LLVMValueRef x, LLVMValueRef wrow, LLVMValueRef off, LLVMValueRef *acc)
+{
+    LLVMValueRef w[16];
+    for (int j = 0; j < nv; j++) w[j] = load(e, e->vf, gep(e, e->f32, wrow, ci64(e, j * e->V)), (unsigned)(4 * e->V));
+    for (int i = 0; i < mr; i++) {
+        LLVMValueRef idx = i ? LLVMBuildAdd(e->b, off, ci64(e, i * e->l->k), "") : off;
+        LLVMValueRef b = splat_v(e, load(e, e->f32, gep(e, e->f32, x, idx), 4));
+        for (int j = 0; j < nv; j++) {
+            LLVMValueRef a[3] = {b, w[j], acc[i * nv + j]};
+            acc[i * nv + j] = call(e, e->fma_ty, e->fma, a, 3);
+        }
+    }
+}
+
+/* + bias, activation, store (contiguous) or scatter (cols) of the first `valid` features. */
+static void emit_epilogue(em *e, int mr, int nv, LLVMValueRef fn, LLVMValueRef *acc)
+{
+    LLVMValueRef y = LLVMGetParam(fn, MK_Y), bk = LLVMGetParam(fn, MK_BK), cols = LLVMGetParam(fn, MK_COLS);
+    LLVMValueRef valid = LLVMBuildTrunc(e->b, LLVMGetParam(fn, MK_VALID), e->i32, "");
+    LLVMValueRef iota_el[16];
+    for (int i = 0; i < e->V; i++) iota_el[i] = ci32(e, i);
+    LLVMValueRef iota = LLVMConstVector(iota_el, (unsigned)e->V);
+    LLVMTypeRef st_ty, sc_ty = NULL;
+    LLVMTypeRef st_ov[2] = {e->vf, e->ptr}, sc_ov[2] = {e->vf, e->vptr};
+    LLVMValueRef mstore = intrinsic(e, "llvm.masked.store", st_ov, 2, &st_ty);
+    LLVMValueRef mscatter = e->l->cols ? intrinsic(e, "llvm.masked.scatter", sc_ov, 2, &sc_ty) : NULL;
+    LLVMValueRef bias[16], mask[16], colidx[16];
+    for (int j = 0; j < nv; j++) {
+        bias[j] = load(e, e->vf, gep(e, e->f32, bk, ci64(e, j * e->V)), 4); /* zeros without bias */
+        LLVMValueRef lim = LLVMBuildSub(e->b, valid, ci32(e, j * e->V), "");
+        LLVMValueRef lv = LLVMBuildInsertElement(e->b, LLVMGetPoison(e->vi32), lim, ci32(e, 0), "");
+        if (e->V > 1)
+            lv = LLVMBuildShuffleVector(e->b, lv, LLVMGetPoison(e->vi32), LLVMConstNull(e->vi32), "");
+        mask[j] = LLVMBuildICmp(e->b, LLVMIntSLT, iota, lv, "");
+        colidx[j] = e->l->cols ? load(e, e->vi32, gep(e, e->i32, cols, ci64(e, j * e->V)), 4) : NULL;
+    }
+    for (int i = 0; i < mr; i++) {
+        LLVMValueRef yrow = gep(e, e->f32, y, ci64(e, i * e->l->n));
+        for (int j = 0; j < nv; j++) {
+            LLVMValueRef v = LLVMBuildFAdd(e->b, acc[i * nv + j], bias[j], "");
+            if (e->fused_act) v = emit_act(e, e->vf, v);
+            if (!e->l->cols) {
+                LLVMValueRef a[4] = {v, gep(e, e->f32, yrow, ci64(e, j * e->V)), ci32(e, 4), mask[j]};
+                call(e, st_ty, mstore, a, 4);
+            } else {
+                LLVMValueRef ptrs = LLVMBuildInBoundsGEP2(e->b, e->f32, yrow, &colidx[j], 1, "");
+                LLVMValueRef a[4] = {v, ptrs, ci32(e, 4), mask[j]};
+                call(e, sc_ty, mscatter, a, 4);
+            }
+        }
+    }
+    LLVMBuildRetVoid(e->b);
+}
+
+static void zero_acc(em *e, int n, LLVMValueRef *acc)
+{
+    for (int i = 0; i < n; i++) acc[i] = LLVMConstNull(e->vf);
+}
+
+/* Table mode: a loop over the tile's offsets, `unroll` rows per iteration plus a remainder loop. */
+static LLVMValueRef emit_mk_table(em *e, int mr, int nv)
+{
+    char name[128];
+    snprintf(name, sizeof name, "%s.mk_%d_%d", e->prefix, mr, nv);
+    LLVMValueRef fn = new_fn(e, name, e->mk_ty, 1);
+    LLVMValueRef x = LLVMGetParam(fn, MK_X), w = LLVMGetParam(fn, MK_W), offs = LLVMGetParam(fn, MK_OFFS);
+    LLVMValueRef nrows = LLVMGetParam(fn, MK_NROWS), ld = LLVMGetParam(fn, MK_LD);
+    int na = mr * nv, U = e->cfg->unroll;
+    LLVMBasicBlockRef entry = LLVMAppendBasicBlockInContext(e->c, fn, "entry");
+    LLVMBasicBlockRef main = LLVMAppendBasicBlockInContext(e->c, fn, "main");
+    LLVMBasicBlockRef remh = LLVMAppendBasicBlockInContext(e->c, fn, "rem.head");
+    LLVMBasicBlockRef rem = LLVMAppendBasicBlockInContext(e->c, fn, "rem");
+    LLVMBasicBlockRef epi = LLVMAppendBasicBlockInContext(e->c, fn, "epilogue");
+    LLVMValueRef zero[TJ_CPU_MAX_MR * 16], acc[TJ_CPU_MAX_MR * 16];
+    zero_acc(e, na, zero);
+
+    LLVMPositionBuilderAtEnd(e->b, entry);
+    LLVMValueRef nmain = U > 1 ? LLVMBuildSub(e->b, nrows, LLVMBuildSRem(e->b, nrows, ci64(e, U), ""), "nmain") : ci64(e, 0);
+    LLVMBuildCondBr(e->b, LLVMBuildICmp(e->b, LLVMIntSGT, nmain, ci64(e, 0), ""), main, remh);
+
+    /* main: U rows per iteration */
+    LLVMPositionBuilderAtEnd(e->b, main);
+    LLVMValueRef r = LLVMBuildPhi(e->b, e->i64, "r");
+    LLVMValueRef phis[TJ_CPU_MAX_MR * 16];
+    for (int a = 0; a < na; a++) acc[a] = phis[a] = LLVMBuildPhi(e->b, e->vf, "");
+    for (int u = 0; u < U; u++) {
+        LLVMValueRef ru = u ? LLVMBuildAdd(e->b, r, ci64(e, u), "") : r;
+        LLVMValueRef off = LLVMBuildSExt(e->b, load(e, e->i32, gep(e, e->i32, offs, ru), 4), e->i64, "");
+        LLVMValueRef wrow = gep(e, e->f32, w, LLVMBuildMul(e->b, ru, ld, ""));
+        emit_row(e, mr, nv, x, wrow, off, acc);
+    }
+    LLVMValueRef rn = LLVMBuildAdd(e->b, r, ci64(e, U), "");
+    LLVMBuildCondBr(e->b, LLVMBuildICmp(e->b, LLVMIntSLT, rn, nmain, ""), main, remh);
+    LLVMBasicBlockRef main_end = LLVMGetInsertBlock(e->b);
+    LLVMValueRef inc_v[2];
+    LLVMBasicBlockRef inc_b[2] = {entry, main_end};
+    inc_v[0] = ci64(e, 0);
+    inc_v[1] = rn;
+    LLVMAddIncoming(r, inc_v, inc_b, 2);
+    for (int a = 0; a < na; a++) {
+        inc_v[0] = zero[a];
+        inc_v[1] = acc[a];
+        LLVMAddIncoming(phis[a], inc_v, inc_b, 2);
+    }
+    LLVMValueRef main_out[TJ_CPU_MAX_MR * 16];
+    memcpy(main_out, acc, sizeof(LLVMValueRef) * (size_t)na);
+
+    /* remainder head */
+    LLVMPositionBuilderAtEnd(e->b, remh);
+    LLVMValueRef rh = LLVMBuildPhi(e->b, e->i64, "rh");
+    inc_v[0] = ci64(e, 0);
+    inc_v[1] = rn;
+    LLVMAddIncoming(rh, inc_v, inc_b, 2);
+    LLVMValueRef hacc[TJ_CPU_MAX_MR * 16];
+    for (int a = 0; a < na; a++) {
+        hacc[a] = LLVMBuildPhi(e->b, e->vf, "");
+        inc_v[0] = zero[a];
+        inc_v[1] = main_out[a];
+        LLVMAddIncoming(hacc[a], inc_v, inc_b, 2);
+    }
+    LLVMBuildCondBr(e->b, LLVMBuildICmp(e->b, LLVMIntSLT, rh, nrows, ""), rem, epi);
+
+    /* remainder: one row per iteration */
+    LLVMPositionBuilderAtEnd(e->b, rem);
+    LLVMValueRef r1 = LLVMBuildPhi(e->b, e->i64, "r1");
+    LLVMValueRef rphis[TJ_CPU_MAX_MR * 16];
+    for (int a = 0; a < na; a++) acc[a] = rphis[a] = LLVMBuildPhi(e->b, e->vf, "");
+    {
+        LLVMValueRef off = LLVMBuildSExt(e->b, load(e, e->i32, gep(e, e->i32, offs, r1), 4), e->i64, "");
+        emit_row(e, mr, nv, x, gep(e, e->f32, w, LLVMBuildMul(e->b, r1, ld, "")), off, acc);
+    }
+    LLVMValueRef r1n = LLVMBuildAdd(e->b, r1, ci64(e, 1), "");
+    LLVMBuildCondBr(e->b, LLVMBuildICmp(e->b, LLVMIntSLT, r1n, nrows, ""), rem, epi);
+    LLVMBasicBlockRef rem_end = LLVMGetInsertBlock(e->b);
+    LLVMBasicBlockRef rinc_b[2] = {remh, rem_end};
+    inc_v[0] = rh;
+    inc_v[1] = r1n;
+    LLVMAddIncoming(r1, inc_v, rinc_b, 2);
+    for (int a = 0; a < na; a++) {
+        inc_v[0] = hacc[a];
+        inc_v[1] = acc[a];
+        LLVMAddIncoming(rphis[a], inc_v, rinc_b, 2);
+    }
+
+    LLVMPositionBuilderAtEnd(e->b, epi);
+    LLVMValueRef fin[TJ_CPU_MAX_MR * 16];
+    for (int a = 0; a < na; a++) {
+        fin[a] = LLVMBuildPhi(e->b, e->vf, "");
+        inc_v[0] = hacc[a];
+        inc_v[1] = acc[a];
+        LLVMAddIncoming(fin[a], inc_v, rinc_b, 2);
+    }
+    emit_epilogue(e, mr, nv, fn, fin);
+    return fn;
+}
+
+/* Unrolled mode: straight-line code over tile t's kept rows, offsets and ld as immediates. */
+static LLVMValueRef emit_mk_unrolled(em *e, int64_t t)
+{
+    char name[128];
+    snprintf(name, sizeof name, "%s.tile_%lld", e->prefix, (long long)t);
+    int mr = e->cfg->mr, nv = e->NV, na = mr * nv;
+    LLVMValueRef fn = new_fn(e, name, e->mk_ty, 1);
+    LLVMValueRef x = LLVMGetParam(fn, MK_X), w = LLVMGetParam(fn, MK_W);
+    LLVMPositionBuilderAtEnd(e->b, LLVMAppendBasicBlockInContext(e->c, fn, "entry"));
+    LLVMValueRef acc[TJ_CPU_MAX_MR * 16];
+    zero_acc(e, na, acc);
+    const int32_t *rows = e->l->tile_rows + e->l->tile_ptr[t];
+    int64_t nr = tj_tile_nrows(e->l, t), ld = e->p->ld[t];
+    for (int64_t r = 0; r < nr; r++) {
+        if (r && r % e->cfg->unroll == 0) { /* chunk boundary: a new block keeps blocks small */
+            LLVMBasicBlockRef nb = LLVMAppendBasicBlockInContext(e->c, fn, "chunk");
+            LLVMBuildBr(e->b, nb);
+            LLVMPositionBuilderAtEnd(e->b, nb);
+        }
+        emit_row(e, mr, nv, x, gep(e, e->f32, w, ci64(e, r * ld)), ci64(e, rows[r]), acc);
+    }
+    emit_epilogue(e, mr, nv, fn, acc);
+    return fn;
+}
+
+/* ---------------------------------------------------------------- item and post */
+
+enum { T_ROWBEG, T_NROWS, T_WOFF, T_LD, T_WIDTH, T_COLBASE };
+
+static LLVMValueRef i64_array(em *e, const int64_t *v, int64_t n)
+{
+    LLVMValueRef *el = malloc((size_t)(n ? n : 1) * sizeof *el);
+    if (!el) return NULL;
+    for (int64_t i = 0; i < n; i++) el[i] = ci64(e, v[i]);
+    LLVMValueRef a = LLVMConstArray2(e->i64, el, (uint64_t)n);
+    free(el);
+    return a;
+}
+
+static LLVMValueRef i32_array(em *e, const int32_t *v, int64_t n, int64_t pad)
+{
+    LLVMValueRef *el = malloc((size_t)(n + pad ? n + pad : 1) * sizeof *el);
+    if (!el) return NULL;
+    for (int64_t i = 0; i < n + pad; i++) el[i] = ci32(e, i < n ? v[i] : 0);
+    LLVMValueRef a = LLVMConstArray2(e->i32, el, (uint64_t)(n + pad));
+    free(el);
+    return a;
+}
+
+static tj_status emit_tables(em *e, tj_error *err)
+{
+    const tj_layer *l = e->l;
+    int64_t nt = l->ntiles, tot = l->tile_ptr[nt];
+    int64_t *t6 = malloc((size_t)(nt ? nt : 1) * 6 * sizeof *t6);
+    if (!t6) return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "layer '%s': out of memory emitting IR", l->name);
+    for (int64_t s = 0; s < nt; s++) {
+        int64_t t = e->p->order[s];
+        t6[T_ROWBEG * nt + s] = l->tile_ptr[t];
+        t6[T_NROWS * nt + s] = tj_tile_nrows(l, t);
+        t6[T_WOFF * nt + s] = e->p->off[t];
+        t6[T_LD * nt + s] = e->p->ld[t];
+        t6[T_WIDTH * nt + s] = tj_tile_width(l, t);
+        t6[T_COLBASE * nt + s] = t * l->g;
+    }
+    static const char *names[6] = {"rowbeg", "nrows", "woff", "ld", "width", "colbase"};
+    for (int i = 0; i < 6; i++) {
+        LLVMValueRef a = i64_array(e, t6 + i * nt, nt);
+        if (!a) { free(t6); return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory emitting IR"); }
+        e->g_tab[i] = const_global(e, names[i], a);
+    }
+    free(t6);
+    LLVMValueRef a = i32_array(e, l->tile_rows, tot, 1);
+    if (!a) return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory emitting IR");
+    e->g_offs = const_global(e, "offsets", a);
+    if (l->cols) {
+        int32_t *c32 = malloc((size_t)l->ncols * sizeof *c32 + 4);
+        if (!c32) return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory emitting IR");
+        for (int64_t j = 0; j < l->ncols; j++) c32[j] = (int32_t)l->cols[j];
+        a = i32_array(e, c32, l->ncols, e->V);
+        free(c32);
+        if (!a) return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory emitting IR");
+        e->g_cols = const_global(e, "cols", a);
+    }
+    return TJ_OK;
+}
+
+/* A counted loop skeleton: returns the induction phi; the caller emits the body and calls
+ * loop_end. */
+typedef struct loop { LLVMBasicBlockRef head, body, exit; LLVMValueRef iv, end, step; } loop;
+
+static void loop_begin(em *e, LLVMValueRef fn, loop *lp, LLVMValueRef begin, LLVMValueRef end, LLVMValueRef step)
+{
+    LLVMBasicBlockRef pre = LLVMGetInsertBlock(e->b);
+    lp->body = LLVMAppendBasicBlockInContext(e->c, fn, "loop");
+    lp->exit = LLVMAppendBasicBlockInContext(e->c, fn, "loop.exit");
+    lp->end = end;
+    lp->step = step;
+    LLVMBuildCondBr(e->b, LLVMBuildICmp(e->b, LLVMIntSLT, begin, end, ""), lp->body, lp->exit);
+    LLVMPositionBuilderAtEnd(e->b, lp->body);
+    lp->iv = LLVMBuildPhi(e->b, e->i64, "");
+    LLVMAddIncoming(lp->iv, &begin, &pre, 1);
+}
+
+static void loop_end(em *e, loop *lp)
+{
+    LLVMValueRef nx = LLVMBuildAdd(e->b, lp->iv, lp->step, "");
+    LLVMBasicBlockRef latch = LLVMGetInsertBlock(e->b);
+    LLVMBuildCondBr(e->b, LLVMBuildICmp(e->b, LLVMIntSLT, nx, lp->end, ""), lp->body, lp->exit);
+    LLVMAddIncoming(lp->iv, &nx, &latch, 1);
+    LLVMPositionBuilderAtEnd(e->b, lp->exit);
+}
+
+static LLVMValueRef smin(em *e, LLVMValueRef a, LLVMValueRef b)
+{
+    return LLVMBuildSelect(e->b, LLVMBuildICmp(e->b, LLVMIntSLT, a, b, ""), a, b, "");
+}
+
+static tj_status emit_item(em *e, tj_cpu_emit_info *info, tj_error *err)
+{
+    const tj_layer *l = e->l;
+    int mr = e->cfg->mr, nv = e->NV, V = e->V;
+    /* Which column-block vector counts occur: full nv, and each tile's last partial block. */
+    int need_nv[17] = {0};
+    for (int64_t t = 0; t < l->ntiles; t++) {
+        int64_t w = tj_tile_width(l, t);
+        if (w >= (int64_t)nv * V) need_nv[nv] = 1;
+        int64_t rest = w % ((int64_t)nv * V);
+        if (rest) need_nv[(rest + V - 1) / V] = 1;
+    }
+    LLVMValueRef *mk = calloc((size_t)mr * (size_t)nv, sizeof *mk);
+    if (!mk) return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory emitting IR");
+    for (int a = 1; a <= mr; a++)
+        for (int b = 1; b <= nv; b++)
+            mk[(a - 1) * nv + (b - 1)] = need_nv[b] ? emit_mk_table(e, a, b) : LLVMConstNull(e->ptr);
+    LLVMValueRef mk_tab = const_global(e, "mk", LLVMConstArray2(e->ptr, mk, (uint64_t)mr * (uint64_t)nv));
+    free(mk);
+    LLVMValueRef unr_tab = NULL;
+    info->rows_emitted = 0;
+    if (e->cfg->offsets == TJ_CPU_OFFSETS_UNROLLED) {
+        int64_t steps = l->tile_ptr[l->ntiles] * mr * nv;
+        if (steps > TJ_CPU_UNROLLED_MAX_STEPS * 24)
+            return tj_fail(err, TJ_ERR_UNSUPPORTED,
+                           "layer '%s': unrolled offsets would emit %lld kept-row steps × %d×%d blocks (limit %d × 24); use \"offsets\": \"table\"",
+                           l->name, (long long)l->tile_ptr[l->ntiles], mr, nv, TJ_CPU_UNROLLED_MAX_STEPS);
+        LLVMValueRef *fns = malloc((size_t)(l->ntiles ? l->ntiles : 1) * sizeof *fns);
+        if (!fns) return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory emitting IR");
+        for (int64_t s = 0; s < l->ntiles; s++) {
+            fns[s] = emit_mk_unrolled(e, e->p->order[s]);
+            info->rows_emitted += tj_tile_nrows(l, e->p->order[s]);
+        }
+        unr_tab = const_global(e, "tiles", LLVMConstArray2(e->ptr, fns, (uint64_t)l->ntiles));
+        free(fns);
+    }
+
+    LLVMTypeRef ps[7] = {e->ptr, e->ptr, e->ptr, e->ptr, e->i64, e->i64, e->i64};
+    LLVMValueRef fn = new_fn(e, info->item_name, LLVMFunctionType(e->voidt, ps, 7, 0), 0);
+    LLVMValueRef x = LLVMGetParam(fn, 0), y = LLVMGetParam(fn, 1), wp = LLVMGetParam(fn, 2), bk = LLVMGetParam(fn, 3);
+    LLVMValueRef slot = LLVMGetParam(fn, 4), m0 = LLVMGetParam(fn, 5), m1 = LLVMGetParam(fn, 6);
+    LLVMPositionBuilderAtEnd(e->b, LLVMAppendBasicBlockInContext(e->c, fn, "entry"));
+    LLVMValueRef tv[6];
+    for (int i = 0; i < 6; i++) tv[i] = load(e, e->i64, gep(e, e->i64, e->g_tab[i], slot), 8);
+    LLVMValueRef offs = gep(e, e->i32, e->g_offs, tv[T_ROWBEG]);
+    LLVMValueRef nrv = ci64(e, (int64_t)nv * V);
+    loop cb;
+    loop_begin(e, fn, &cb, ci64(e, 0), tv[T_WIDTH], nrv);
+    LLVMValueRef valid = smin(e, nrv, LLVMBuildSub(e->b, tv[T_WIDTH], cb.iv, ""));
+    LLVMValueRef nvb = LLVMBuildSDiv(e->b, LLVMBuildAdd(e->b, valid, ci64(e, V - 1), ""), ci64(e, V), "");
+    LLVMValueRef wblk = gep(e, e->f32, wp, LLVMBuildAdd(e->b, tv[T_WOFF], cb.iv, ""));
+    LLVMValueRef colstart = LLVMBuildAdd(e->b, tv[T_COLBASE], cb.iv, "");
+    LLVMValueRef bkb = gep(e, e->f32, bk, colstart);
+    LLVMValueRef colsb = e->g_cols ? gep(e, e->i32, e->g_cols, colstart) : LLVMConstNull(e->ptr);
+    LLVMValueRef unr_fn = unr_tab ? load(e, e->ptr, gep(e, e->ptr, unr_tab, slot), 8) : NULL;
+    loop mb;
+    loop_begin(e, fn, &mb, m0, m1, ci64(e, mr));
+    LLVMValueRef mrb = smin(e, ci64(e, mr), LLVMBuildSub(e->b, m1, mb.iv, ""));
+    LLVMValueRef k = LLVMBuildMul(e->b, LLVMBuildSub(e->b, mrb, ci64(e, 1), ""), ci64(e, nv), "");
+    k = LLVMBuildAdd(e->b, k, LLVMBuildSub(e->b, nvb, ci64(e, 1), ""), "");
+    LLVMValueRef f = load(e, e->ptr, gep(e, e->ptr, mk_tab, k), 8);
+    if (unr_fn) {
+        LLVMValueRef full = LLVMBuildAnd(e->b, LLVMBuildICmp(e->b, LLVMIntEQ, mrb, ci64(e, mr), ""),
+                                         LLVMBuildICmp(e->b, LLVMIntEQ, nvb, ci64(e, nv), ""), "");
+        f = LLVMBuildSelect(e->b, full, unr_fn, f, "");
+    }
+    LLVMValueRef args[MK_NARGS];
+    args[MK_X] = gep(e, e->f32, x, LLVMBuildMul(e->b, mb.iv, ci64(e, l->k), ""));
+    /* contiguous stores address y at the block's first feature; scatters use absolute cols */
+    LLVMValueRef yoff = LLVMBuildMul(e->b, mb.iv, ci64(e, l->n), "");
+    if (!l->cols) yoff = LLVMBuildAdd(e->b, yoff, colstart, "");
+    args[MK_Y] = gep(e, e->f32, y, yoff);
+    args[MK_W] = wblk;
+    args[MK_OFFS] = offs;
+    args[MK_NROWS] = tv[T_NROWS];
+    args[MK_LD] = tv[T_LD];
+    args[MK_BK] = bkb;
+    args[MK_COLS] = colsb;
+    args[MK_VALID] = valid;
+    LLVMBuildCall2(e->b, e->mk_ty, f, args, MK_NARGS, "");
+    loop_end(e, &mb);
+    loop_end(e, &cb);
+    LLVMBuildRetVoid(e->b);
+    return TJ_OK;
+}
+
+/* post: features outside the tiles' fused epilogue — pruned ones (act(bias) or 0) and, with
+ * ew, every feature that has ew entries (or all features when an activation must follow). */
+static tj_status emit_post(em *e, tj_cpu_emit_info *info, tj_error *err)
+{
+    const tj_layer *l = e->l;
+    char *kept = calloc((size_t)l->n + 1, 1);
+    int32_t *prow = malloc(((size_t)l->n + 1) * sizeof *prow);
+    int32_t *pflag = malloc(((size_t)l->n + 1) * sizeof *pflag);
+    if (!kept || !prow || !pflag) {
+        free(kept); free(prow); free(pflag);
+        return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory emitting IR");
+    }
+    for (int64_t j = 0; j < l->ncols; j++) kept[tj_layer_col(l, j)] = 1;
+    int64_t np = 0;
+    for (int64_t n = 0; n < l->n; n++) {
+        int has_ew = l->ew_indptr && l->ew_indptr[n + 1] > l->ew_indptr[n];
+        int want = !kept[n] || has_ew || (l->ew_nnz && l->act != TJ_ACT_NONE);
+        if (want) {
+            prow[np] = (int32_t)n;
+            pflag[np] = !kept[n];
+            np++;
+        }
+    }
+    free(kept);
+    info->post_name[0] = '\0';
+    if (np == 0) { free(prow); free(pflag); return TJ_OK; }
+    snprintf(info->post_name, sizeof info->post_name, "%s_post", e->prefix);
+    LLVMValueRef g_prow = const_global(e, "post_rows", i32_array(e, prow, np, 0));
+    LLVMValueRef g_pflag = const_global(e, "post_pruned", i32_array(e, pflag, np, 0));
+    free(prow);
+    free(pflag);
+    LLVMValueRef g_indptr = NULL, g_idx = NULL;
+    if (l->ew_nnz) {
+        g_indptr = const_global(e, "ew_indptr", i64_array(e, l->ew_indptr, l->n + 1));
+        g_idx = const_global(e, "ew_indices", i32_array(e, l->ew_indices, l->ew_nnz, 0));
+    }
+    LLVMTypeRef ps[6] = {e->ptr, e->ptr, e->ptr, e->ptr, e->i64, e->i64};
+    LLVMValueRef fn = new_fn(e, info->post_name, LLVMFunctionType(e->voidt, ps, 6, 0), 0);
+    LLVMValueRef x = LLVMGetParam(fn, 0), y = LLVMGetParam(fn, 1), ewv = LLVMGetParam(fn, 2), bias = LLVMGetParam(fn, 3);
+    LLVMPositionBuilderAtEnd(e->b, LLVMAppendBasicBlockInContext(e->c, fn, "entry"));
+    LLVMValueRef has_bias = LLVMBuildICmp(e->b, LLVMIntNE, bias, LLVMConstNull(e->ptr), "");
+    loop ml;
+    loop_begin(e, fn, &ml, LLVMGetParam(fn, 4), LLVMGetParam(fn, 5), ci64(e, 1));
+    LLVMValueRef xr = gep(e, e->f32, x, LLVMBuildMul(e->b, ml.iv, ci64(e, l->k), ""));
+    LLVMValueRef yr = gep(e, e->f32, y, LLVMBuildMul(e->b, ml.iv, ci64(e, l->n), ""));
+    loop pl;
+    loop_begin(e, fn, &pl, ci64(e, 0), ci64(e, np), ci64(e, 1));
+    LLVMValueRef n = LLVMBuildSExt(e->b, load(e, e->i32, gep(e, e->i32, g_prow, pl.iv), 4), e->i64, "");
+    LLVMValueRef pr = LLVMBuildICmp(e->b, LLVMIntNE, load(e, e->i32, gep(e, e->i32, g_pflag, pl.iv), 4), ci32(e, 0), "");
+    /* bias[n] only when a bias exists: a select on a loaded value would read through NULL */
+    LLVMBasicBlockRef cur = LLVMGetInsertBlock(e->b);
+    LLVMBasicBlockRef bb_bias = LLVMAppendBasicBlockInContext(e->c, fn, "bias");
+    LLVMBasicBlockRef bb_join = LLVMAppendBasicBlockInContext(e->c, fn, "join");
+    LLVMValueRef yv = load(e, e->f32, gep(e, e->f32, yr, n), 4);
+    LLVMValueRef pruned_zero_or_y = LLVMBuildSelect(e->b, pr, LLVMConstReal(e->f32, 0.0), yv, "");
+    LLVMBuildCondBr(e->b, LLVMBuildAnd(e->b, pr, has_bias, ""), bb_bias, bb_join);
+    LLVMPositionBuilderAtEnd(e->b, bb_bias);
+    LLVMValueRef bv = load(e, e->f32, gep(e, e->f32, bias, n), 4);
+    LLVMBuildBr(e->b, bb_join);
+    LLVMPositionBuilderAtEnd(e->b, bb_join);
+    LLVMValueRef base = LLVMBuildPhi(e->b, e->f32, "");
+    {
+        LLVMValueRef vals[2] = {pruned_zero_or_y, bv};
+        LLVMBasicBlockRef bbs[2] = {cur, bb_bias};
+        LLVMAddIncoming(base, vals, bbs, 2);
+    }
+    LLVMValueRef v = base;
+    if (l->ew_nnz) {
+        LLVMValueRef e0 = load(e, e->i64, gep(e, e->i64, g_indptr, n), 8);
+        LLVMValueRef e1 = load(e, e->i64, gep(e, e->i64, g_indptr, LLVMBuildAdd(e->b, n, ci64(e, 1), "")), 8);
+        LLVMBasicBlockRef pre = LLVMGetInsertBlock(e->b);
+        LLVMBasicBlockRef body = LLVMAppendBasicBlockInContext(e->c, fn, "ew");
+        LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(e->c, fn, "ew.done");
+        LLVMBuildCondBr(e->b, LLVMBuildICmp(e->b, LLVMIntSLT, e0, e1, ""), body, done);
+        LLVMPositionBuilderAtEnd(e->b, body);
+        LLVMValueRef ei = LLVMBuildPhi(e->b, e->i64, ""), acc = LLVMBuildPhi(e->b, e->f32, "");
+        LLVMValueRef kk = LLVMBuildSExt(e->b, load(e, e->i32, gep(e, e->i32, g_idx, ei), 4), e->i64, "");
+        LLVMValueRef a[3] = {load(e, e->f32, gep(e, e->f32, xr, kk), 4), load(e, e->f32, gep(e, e->f32, ewv, ei), 4), acc};
+        LLVMValueRef acc2 = call(e, e->fma_s_ty, e->fma_s, a, 3);
+        LLVMValueRef en = LLVMBuildAdd(e->b, ei, ci64(e, 1), "");
+        LLVMBuildCondBr(e->b, LLVMBuildICmp(e->b, LLVMIntSLT, en, e1, ""), body, done);
+        LLVMAddIncoming(ei, &e0, &pre, 1);
+        LLVMAddIncoming(ei, &en, &body, 1);
+        LLVMAddIncoming(acc, &base, &pre, 1);
+        LLVMAddIncoming(acc, &acc2, &body, 1);
+        LLVMPositionBuilderAtEnd(e->b, done);
+        v = LLVMBuildPhi(e->b, e->f32, "");
+        LLVMAddIncoming(v, &base, &pre, 1);
+        LLVMAddIncoming(v, &acc2, &body, 1);
+    }
+    v = emit_act(e, e->f32, v);
+    store(e, v, gep(e, e->f32, yr, n), 4);
+    loop_end(e, &pl);
+    loop_end(e, &ml);
+    LLVMBuildRetVoid(e->b);
+    return TJ_OK;
+}
+
+/* ---------------------------------------------------------------- module */
+
+tj_status tj_cpu_emit_module(LLVMContextRef llctx, const tj_layer *l, const tj_plan *plan, const tj_cpu_config *cfg,
+                             const char *prefix, LLVMModuleRef *out, tj_cpu_emit_info *info, tj_error *err)
+{
+    *out = NULL;
+    memset(info, 0, sizeof *info);
+    TJ_TRY(tj_cpu_config_check(cfg, err));
+    if (plan->pad != cfg->vec)
+        return tj_fail(err, TJ_ERR_INTERNAL, "layer '%s': plan padded to %lld, config vector width %d", l->name,
+                       (long long)plan->pad, cfg->vec);
+    em e;
+    memset(&e, 0, sizeof e);
+    e.c = llctx;
+    e.l = l;
+    e.p = plan;
+    e.cfg = cfg;
+    e.prefix = prefix;
+    e.V = cfg->vec;
+    e.NV = cfg->nr / cfg->vec;
+    e.fused_act = l->ew_nnz == 0;
+    e.cpu = LLVMGetHostCPUName();
+    e.features = LLVMGetHostCPUFeatures();
+    char modname[160];
+    snprintf(modname, sizeof modname, "tilejit.%s", prefix);
+    e.m = LLVMModuleCreateWithNameInContext(modname, llctx);
+    e.b = LLVMCreateBuilderInContext(llctx);
+    e.f32 = LLVMFloatTypeInContext(llctx);
+    e.i1 = LLVMInt1TypeInContext(llctx);
+    e.i8 = LLVMInt8TypeInContext(llctx);
+    e.i32 = LLVMInt32TypeInContext(llctx);
+    e.i64 = LLVMInt64TypeInContext(llctx);
+    e.ptr = LLVMPointerTypeInContext(llctx, 0);
+    e.voidt = LLVMVoidTypeInContext(llctx);
+    e.vf = LLVMVectorType(e.f32, (unsigned)e.V);
+    e.vi32 = LLVMVectorType(e.i32, (unsigned)e.V);
+    e.vptr = LLVMVectorType(e.ptr, (unsigned)e.V);
+    LLVMTypeRef mkp[MK_NARGS] = {e.ptr, e.ptr, e.ptr, e.ptr, e.i64, e.i64, e.ptr, e.ptr, e.i64};
+    e.mk_ty = LLVMFunctionType(e.voidt, mkp, MK_NARGS, 0);
+    e.fma = intrinsic(&e, "llvm.fmuladd", &e.vf, 1, &e.fma_ty);
+    e.fma_s = intrinsic(&e, "llvm.fmuladd", &e.f32, 1, &e.fma_s_ty);
+    /* banner: version, pattern hash, config */
+    char *cj = tj_cpu_config_to_json(cfg);
+    char banner[512];
+    snprintf(banner, sizeof banner, "tilejit %s cpu kernel; layer %s n=%lld k=%lld g=%lld hash=%016llx; config %s", TJ_VERSION,
+             l->name, (long long)l->n, (long long)l->k, (long long)l->g, (unsigned long long)l->hash, cj ? cj : "?");
+    free(cj);
+    {
+        LLVMValueRef md = LLVMMDStringInContext(llctx, banner, (unsigned)strlen(banner));
+        LLVMAddNamedMetadataOperand(e.m, "tilejit.banner", LLVMMDNodeInContext(llctx, &md, 1));
+    }
+    snprintf(info->item_name, sizeof info->item_name, "%s_item", prefix);
+    info->bk_elems = l->ncols + e.V;
+    info->ewv_elems = l->ew_nnz;
+    info->fused_act = e.fused_act;
+    tj_status s = emit_tables(&e, err);
+    if (s == TJ_OK) s = emit_item(&e, info, err);
+    if (s == TJ_OK) s = emit_post(&e, info, err);
+    if (s == TJ_OK) {
+        char *msg = NULL;
+        if (LLVMVerifyModule(e.m, LLVMReturnStatusAction, &msg)) {
+            s = tj_fail(err, TJ_ERR_INTERNAL, "layer '%s': emitted IR does not verify: %s", l->name, msg ? msg : "");
+        }
+        LLVMDisposeMessage(msg);
+    }
+    LLVMDisposeBuilder(e.b);
+    LLVMDisposeMessage(e.cpu);
+    LLVMDisposeMessage(e.features);
+    if (s != TJ_OK) {
+        LLVMDisposeModule(e.m);
+        return s;
+    }
+    *out = e.m;
+    return TJ_OK;
+}
+
+tj_status tj_cpu_emit_ir_text(const tj_layer *l, const char *config_json, char **out, tj_error *err)
+{
+    *out = NULL;
+    tj_cpu_config cfg;
+    TJ_TRY(tj_cpu_config_from_json(config_json, &cfg, err));
+    if (cfg.vec == 0) cfg.vec = tj_cpu_host_vec();
+    TJ_TRY(tj_cpu_config_check(&cfg, err));
+    tj_plan plan;
+    TJ_TRY(tj_plan_build(l, cfg.vec, &plan, err));
+    LLVMContextRef c = LLVMContextCreate();
+    LLVMModuleRef m = NULL;
+    tj_cpu_emit_info info;
+    tj_status s = tj_cpu_emit_module(c, l, &plan, &cfg, "tj", &m, &info, err);
+    if (s == TJ_OK) {
+        char *txt = LLVMPrintModuleToString(m);
+        *out = txt ? strdup(txt) : NULL;
+        LLVMDisposeMessage(txt);
+        if (!*out) s = tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory printing IR");
+        LLVMDisposeModule(m);
+    }
+    LLVMContextDispose(c);
+    tj_plan_free(&plan);
+    return s;
+}

@@ -1,0 +1,73 @@
+/* Stage 4 for the host CPU: one layer + one config → an LLVM IR module (LLVM 19 C API).
+ * The runtime (runtime/backend_cpu.c) JIT-compiles it with ORC; `tilejit gen --target cpu`
+ * prints it. Kernel contract in emit_llvm.c's header comment. */
+#ifndef TJ_EMIT_LLVM_H
+#define TJ_EMIT_LLVM_H
+
+#include <stdint.h>
+
+#include "pattern.h"
+#include "plan.h"
+
+/* How kept-row offsets reach the inner loop. */
+typedef enum tj_cpu_offsets {
+    TJ_CPU_OFFSETS_TABLE = 0,   /* a constant global i32 table, rolled loop unrolled `unroll`× */
+    TJ_CPU_OFFSETS_UNROLLED = 1 /* immediates in straight-line code, one function per tile */
+} tj_cpu_offsets;
+
+/* One point of the CPU search space. JSON form (every key optional, defaults below):
+ *   {"mr": 12, "nr": 32, "offsets": "table", "unroll": 4, "mb": 96, "vec": 0}
+ * mr: tokens per register block (1..16); nr: features per register block, a multiple of the
+ * vector width (mr · nr/vec accumulators must fit the register file, ≤ 28 vectors with AVX-512);
+ * unroll: table-loop unroll factor (1..16), or rows per chunk in unrolled mode;
+ * mb: tokens per work item (0: auto, rounded to a multiple of mr) — the work split;
+ * vec: vector width in floats (0: the host's widest, 16 AVX-512, 8 AVX2, 1 scalar). */
+typedef struct tj_cpu_config {
+    int mr;
+    int nr;
+    tj_cpu_offsets offsets;
+    int unroll;
+    int mb;
+    int vec;
+} tj_cpu_config;
+
+/* The built-in default for a layer (before any tuning record). */
+tj_cpu_config tj_cpu_config_default(void);
+/* Parses JSON (NULL or "" gives the default); checks ranges. `vec` 0 is resolved later. */
+tj_status tj_cpu_config_from_json(const char *json, tj_cpu_config *out, tj_error *err);
+/* Canonical JSON (keys in a fixed order), malloc'ed; NULL if out of memory. */
+char *tj_cpu_config_to_json(const tj_cpu_config *c);
+/* Checks a config (vec resolved) for a given layer: register budget, nr multiple of vec. */
+tj_status tj_cpu_config_check(const tj_cpu_config *c, tj_error *err);
+/* The host's widest useful vector width in floats (16, 8 or 1), from LLVM's host features. */
+int tj_cpu_host_vec(void);
+/* Every config the tuner may pick on this host (static table); *count set. Borrowed. */
+const tj_cpu_config *tj_cpu_config_space(int *count);
+
+/* Symbols and tables of an emitted layer. `prefix` makes names unique inside one JIT. */
+typedef struct tj_cpu_emit_info {
+    char item_name[96];  /* void item(const float *x, float *y, const float *wp,
+                          *           const float *bk, int64_t slot, int64_t m0, int64_t m1) */
+    char post_name[96];  /* void post(const float *x, float *y, const float *ewv,
+                          *           const float *bias, int64_t m0, int64_t m1), or "" */
+    int64_t bk_elems;    /* bias in kept-column order, padded: floats the caller allocates */
+    int64_t ewv_elems;   /* ew weights in CSR order (ew_nnz) */
+    int fused_act;       /* 1: item applies the activation itself (no ew) */
+    int64_t rows_emitted; /* kept-row steps emitted as code (unrolled mode), for reports */
+} tj_cpu_emit_info;
+
+struct LLVMOpaqueContext;
+struct LLVMOpaqueModule;
+
+/* Builds the module for layer l under config c (vec resolved) in LLVM context llctx.
+ * plan: tj_plan_build(l, c->vec) (the weight layout the kernel reads). The host CPU name and
+ * features are attached to each function. Deterministic for the same inputs. */
+tj_status tj_cpu_emit_module(struct LLVMOpaqueContext *llctx, const tj_layer *l, const tj_plan *plan,
+                             const tj_cpu_config *c, const char *prefix,
+                             struct LLVMOpaqueModule **out, tj_cpu_emit_info *info, tj_error *err);
+
+/* `tilejit gen --target cpu`: the emitted (unoptimised) IR of layer l as text, malloc'ed in
+ * *out. config_json may be NULL for the default. */
+tj_status tj_cpu_emit_ir_text(const tj_layer *l, const char *config_json, char **out, tj_error *err);
+
+#endif

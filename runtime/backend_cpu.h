@@ -1,0 +1,60 @@
+/* Backend `cpu`: layers emitted as LLVM IR (gen/emit_llvm.c), compiled by ORC LLJIT for the host
+ * CPU's name and features (one JIT per model, every layer compiled at load), run on a persistent
+ * thread pool kept per context. The internal API below is what the backend ops, `tilejit bench`
+ * and the tests share. */
+#ifndef TJ_BACKEND_CPU_H
+#define TJ_BACKEND_CPU_H
+
+#include "../gen/emit_llvm.h"
+#include "../gen/plan.h"
+#include "model.h"
+#include "threadpool.h"
+
+/* One ORC LLJIT for the host (owns the code of every layer added to it). */
+typedef struct tj_cpu_jit tj_cpu_jit;
+tj_status tj_cpu_jit_create(tj_cpu_jit **out, tj_error *err);
+void tj_cpu_jit_destroy(tj_cpu_jit *j);
+/* "sapphirerapids" etc. and LLVM's version, borrowed. */
+const char *tj_cpu_jit_host_name(void);
+
+typedef void (*tj_cpu_item_fn)(const float *x, float *y, const float *wp, const float *bk, int64_t slot,
+                               int64_t m0, int64_t m1);
+typedef void (*tj_cpu_post_fn)(const float *x, float *y, const float *ewv, const float *bias, int64_t m0,
+                               int64_t m1);
+
+/* One compiled layer: packed fp32 weights and the JIT'ed entry points. Borrows l (and the jit). */
+typedef struct tj_cpu_layer {
+    const tj_layer *l;
+    tj_cpu_config cfg;    /* vec resolved */
+    tj_plan plan;
+    float *wp;            /* packed weights, 64-byte aligned */
+    float *bk;            /* bias in kept-column order (zeros without bias), info.bk_elems */
+    float *bias;          /* fp32 [n] or NULL */
+    float *ewv;           /* ew weights in CSR order */
+    tj_cpu_emit_info info;
+    tj_cpu_item_fn item;
+    tj_cpu_post_fn post;
+    int64_t mb;           /* tokens per work item */
+    double emit_seconds, compile_seconds, pack_seconds;
+} tj_cpu_layer;
+
+/* Emits, optimises and JIT-compiles layer l with config cfg (NULL: the default; vec 0: the
+ * host's), packing weights w (F32/F16/BF16, upcast to fp32). prefix: unique symbol prefix
+ * inside jit. */
+tj_status tj_cpu_layer_build(tj_cpu_jit *jit, const tj_layer *l, const tj_layer_weights *w,
+                             const tj_cpu_config *cfg, const char *prefix, tj_cpu_layer **out,
+                             tj_error *err);
+void tj_cpu_layer_free(tj_cpu_layer *cl);
+/* y [m × n] = layer(x [m × k]), both fp32 row-major, on at most `threads` threads of pool
+ * (NULL pool or threads 1: the calling thread). Results do not depend on the thread count. */
+void tj_cpu_layer_run(const tj_cpu_layer *cl, tj_pool *pool, int threads, const float *x, int64_t m,
+                      float *y);
+
+/* The context's pool, created on first use under c->lock (opt.threads, 0: all cores). */
+tj_status tj_cpu_context_pool(tj_context *c, tj_pool **out, tj_error *err);
+/* Frees the context's CPU state; tj_context_destroy calls it. */
+void tj_cpu_context_release(tj_context *c);
+/* Online cores. */
+int tj_cpu_count(void);
+
+#endif

@@ -1,0 +1,307 @@
+/* Suite 'cpu': the LLVM backend against the reference on fresh random data, for every config the
+ * tuner may pick, weight dtypes, empty/full tiles, cols, ew, bias, activations, M from 1 to 1000,
+ * odd n and k, g of 32..256; threaded runs bit-identical to single-threaded; many threads calling
+ * tj_linear on one model at once. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend_cpu.h"
+#include "random_pattern.h"
+#include "tj_test.h"
+
+#define TOL 1e-5
+
+typedef struct wcase {
+    const char *what;
+    int64_t n, k, g;
+    double s;
+    int mode;
+    double ew, empty;
+    tj_activation act;
+    tj_dtype wdt;
+    int bias;
+} wcase;
+
+typedef struct layer_data {
+    tj_layer l;
+    void *w;
+    void *b;
+    tj_layer_weights lw;
+} layer_data;
+
+static void *random_typed(tj_rng *r, tj_dtype d, int64_t n)
+{
+    void *p = malloc((size_t)n * tj_dtype_size(d) + 1);
+    float *f = malloc((size_t)n * sizeof *f + 1);
+    tj_test_fill(r, f, n);
+    tj_convert_from_f32(f, n, d, p);
+    free(f);
+    return p;
+}
+
+static int make_layer(const wcase *c, uint64_t seed, layer_data *d)
+{
+    tj_error err;
+    tj_random_spec sp = {c->n, c->k, c->g, c->s, c->mode, seed, c->ew, c->empty, c->act};
+    memset(d, 0, sizeof *d);
+    if (tj_random_layer(&sp, c->what, &d->l, &err) != TJ_OK) {
+        fprintf(stderr, "%s: %s\n", c->what, err.msg);
+        return 0;
+    }
+    tj_rng r = {seed * 7 + 3};
+    d->w = random_typed(&r, c->wdt, c->n * c->k);
+    d->b = c->bias ? random_typed(&r, c->wdt, c->n) : NULL;
+    d->lw = (tj_layer_weights){d->w, c->wdt, d->b, c->wdt};
+    return 1;
+}
+
+static void free_layer(layer_data *d)
+{
+    tj_layer_free(&d->l);
+    free(d->w);
+    free(d->b);
+}
+
+/* Runs the layer on M tokens with cfg on `threads` threads of pool; returns the relative error
+ * against the reference, or 1e9 when something was not written. */
+static double check_one(tj_cpu_jit *jit, tj_pool *pool, const layer_data *d, const tj_cpu_config *cfg, int64_t m,
+                        int threads, uint64_t seed, const char *prefix, float **keep)
+{
+    tj_error err;
+    tj_cpu_layer *cl = NULL;
+    tj_status s = tj_cpu_layer_build(jit, &d->l, &d->lw, cfg, prefix, &cl, &err);
+    CHECK_OK(s, &err);
+    if (s != TJ_OK) return 1e9;
+    const tj_layer *l = &d->l;
+    float *x = malloc((size_t)(m * l->k) * sizeof *x), *y = malloc((size_t)(m * l->n) * sizeof *y);
+    float *ref = malloc((size_t)(m * l->n) * sizeof *ref);
+    tj_rng r = {seed};
+    tj_test_fill(&r, x, m * l->k);
+    for (int64_t i = 0; i < m * l->n; i++) y[i] = NAN; /* poison: unwritten elements show */
+    tj_cpu_layer_run(cl, pool, threads, x, m, y);
+    tj_reference_linear(l, &d->lw, x, m, ref);
+    double e = tj_test_all_finite(y, m * l->n) ? tj_test_relerr(y, ref, m * l->n) : 1e9;
+    if (keep) *keep = y;
+    else free(y);
+    free(x);
+    free(ref);
+    tj_cpu_layer_free(cl);
+    return e;
+}
+
+static const char *cfg_str(const tj_cpu_config *c, char *buf, size_t n)
+{
+    char *j = tj_cpu_config_to_json(c);
+    snprintf(buf, n, "%s", j ? j : "?");
+    free(j);
+    return buf;
+}
+
+/* ---- 1. every tuner config on a set of shapes */
+static void test_configs(tj_cpu_jit *jit, tj_pool *pool)
+{
+    static const wcase shapes[] = {
+        {"bert", 256, 192, 128, 0.75, 1, 0, 0, TJ_ACT_NONE, TJ_F32, 1},
+        {"odd", 203, 131, 64, 0.5, 1, 0, 0, TJ_ACT_RELU, TJ_F32, 1},
+        {"tw2", 300, 97, 32, 0.6, 2, 0, 0, TJ_ACT_GELU, TJ_F32, 0},
+    };
+    static const int64_t ms[] = {1, 5, 13, 29, 100};
+    int nc;
+    const tj_cpu_config *space = tj_cpu_config_space(&nc);
+    int host = tj_cpu_host_vec(), id = 0;
+    for (int ci = 0; ci < nc; ci++) {
+        tj_cpu_config c = space[ci];
+        if (c.vec == 0) c.vec = host;
+        if (c.vec > host || tj_cpu_config_check(&c, NULL) != TJ_OK) continue; /* not for this host */
+        for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+            layer_data d;
+            if (!make_layer(&shapes[si], 100 + si, &d)) { CHECK(0); continue; }
+            for (size_t mi = 0; mi < sizeof ms / sizeof *ms; mi++) {
+                char pre[32], buf[200];
+                snprintf(pre, sizeof pre, "c%d", id++);
+                double e = check_one(jit, pool, &d, &c, ms[mi], 0, 1000 + mi, pre, NULL);
+                CHECKF(e <= TOL, "config %s shape %s M=%lld: relerr %g", cfg_str(&c, buf, sizeof buf), shapes[si].what,
+                       (long long)ms[mi], e);
+            }
+            free_layer(&d);
+        }
+    }
+}
+
+/* ---- 2. pattern features, dtypes, g, M */
+static void test_cases(tj_cpu_jit *jit, tj_pool *pool)
+{
+    static const wcase cases[] = {
+        {"f16", 256, 256, 128, 0.75, 1, 0, 0, TJ_ACT_NONE, TJ_F16, 1},
+        {"bf16", 256, 256, 128, 0.75, 1, 0, 0, TJ_ACT_NONE, TJ_BF16, 1},
+        {"empty tiles", 512, 200, 64, 0.5, 1, 0, 0.4, TJ_ACT_RELU, TJ_F32, 1},
+        {"full tiles", 256, 77, 128, 0.0, 1, 0, 0, TJ_ACT_NONE, TJ_F32, 1},
+        {"ew", 256, 160, 64, 0.75, 1, 0.02, 0, TJ_ACT_NONE, TJ_F32, 1},
+        {"ew gelu", 256, 160, 64, 0.75, 1, 0.03, 0, TJ_ACT_GELU, TJ_F32, 1},
+        {"ew relu cols", 333, 150, 32, 0.75, 2, 0.02, 0.1, TJ_ACT_RELU, TJ_BF16, 1},
+        {"cols no bias", 400, 129, 128, 0.8, 2, 0, 0, TJ_ACT_NONE, TJ_F32, 0},
+        {"gelu", 384, 100, 128, 0.5, 1, 0, 0, TJ_ACT_GELU, TJ_F32, 1},
+        {"relu", 384, 100, 128, 0.5, 1, 0, 0, TJ_ACT_RELU, TJ_F16, 0},
+        {"g32", 96, 64, 32, 0.5, 1, 0, 0, TJ_ACT_NONE, TJ_F32, 1},
+        {"g64 odd", 131, 67, 64, 0.5, 1, 0, 0, TJ_ACT_NONE, TJ_F32, 1},
+        {"g256", 512, 300, 256, 0.9, 1, 0, 0, TJ_ACT_NONE, TJ_F32, 1},
+        {"g256 short tail", 300, 129, 256, 0.75, 1, 0, 0, TJ_ACT_RELU, TJ_F32, 1},
+        {"odd g", 101, 33, 20, 0.5, 1, 0, 0, TJ_ACT_NONE, TJ_F32, 1},
+        {"all pruned rows", 128, 50, 64, 0.99, 1, 0, 0, TJ_ACT_GELU, TJ_F32, 1},
+        {"single", 1, 1, 1, 0.0, 1, 0, 0, TJ_ACT_NONE, TJ_F32, 1},
+    };
+    static const int64_t ms[] = {1, 2, 7, 12, 16, 37, 128, 1000};
+    int id = 0;
+    tj_cpu_config table = tj_cpu_config_default(), unr = table;
+    unr.offsets = TJ_CPU_OFFSETS_UNROLLED;
+    for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
+        layer_data d;
+        if (!make_layer(&cases[ci], 7 + ci, &d)) { CHECK(0); continue; }
+        for (size_t mi = 0; mi < sizeof ms / sizeof *ms; mi++) {
+            const tj_cpu_config *c = mi % 2 ? &unr : &table;
+            char pre[32];
+            snprintf(pre, sizeof pre, "k%d", id++);
+            double e = check_one(jit, pool, &d, c, ms[mi], 0, 77 + mi, pre, NULL);
+            CHECKF(e <= TOL, "case %s M=%lld %s: relerr %g", cases[ci].what, (long long)ms[mi],
+                   c->offsets ? "unrolled" : "table", e);
+        }
+        free_layer(&d);
+    }
+}
+
+/* ---- 3. threads give bit-identical results */
+static void test_threads_identical(tj_cpu_jit *jit, tj_pool *pool)
+{
+    wcase c = {"threads", 768, 384, 128, 0.75, 1, 0.01, 0, TJ_ACT_GELU, TJ_F32, 1};
+    layer_data d;
+    if (!make_layer(&c, 42, &d)) { CHECK(0); return; }
+    tj_cpu_config cfg = tj_cpu_config_default();
+    float *y1 = NULL, *y2 = NULL;
+    int64_t m = 333;
+    double e1 = check_one(jit, pool, &d, &cfg, m, 1, 5, "t1", &y1);
+    double e2 = check_one(jit, pool, &d, &cfg, m, 0, 5, "t2", &y2);
+    CHECKF(e1 <= TOL && e2 <= TOL, "relerr %g / %g", e1, e2);
+    CHECK(y1 && y2 && memcmp(y1, y2, (size_t)(m * c.n) * sizeof *y1) == 0);
+    free(y1);
+    free(y2);
+    free_layer(&d);
+}
+
+/* ---- 4. many threads on one compiled layer (pool contention: losers run alone) */
+typedef struct shared_run {
+    const tj_cpu_layer *cl;
+    const layer_data *d;
+    tj_pool *pool;
+    int id;
+    double err;
+} shared_run;
+
+static void *hammer(void *vp)
+{
+    shared_run *s = vp;
+    int64_t m = 17 + 31 * s->id;
+    const tj_layer *l = &s->d->l;
+    float *x = malloc((size_t)(m * l->k) * sizeof *x), *y = malloc((size_t)(m * l->n) * sizeof *y);
+    float *ref = malloc((size_t)(m * l->n) * sizeof *ref);
+    tj_rng r = {(uint64_t)s->id + 99};
+    tj_test_fill(&r, x, m * l->k);
+    tj_reference_linear(l, &s->d->lw, x, m, ref);
+    s->err = 0;
+    for (int it = 0; it < 30; it++) {
+        for (int64_t i = 0; i < m * l->n; i++) y[i] = NAN;
+        tj_cpu_layer_run(s->cl, s->pool, 0, x, m, y);
+        double e = tj_test_all_finite(y, m * l->n) ? tj_test_relerr(y, ref, m * l->n) : 1e9;
+        if (e > s->err) s->err = e;
+    }
+    free(x);
+    free(y);
+    free(ref);
+    return NULL;
+}
+
+static void test_concurrent(tj_cpu_jit *jit, tj_pool *pool)
+{
+    wcase c = {"concurrent", 512, 256, 64, 0.75, 1, 0, 0, TJ_ACT_RELU, TJ_F32, 1};
+    layer_data d;
+    if (!make_layer(&c, 9, &d)) { CHECK(0); return; }
+    tj_error err;
+    tj_cpu_layer *cl = NULL;
+    CHECK_OK(tj_cpu_layer_build(jit, &d.l, &d.lw, NULL, "conc", &cl, &err), &err);
+    if (cl) {
+        enum { NT = 8 };
+        pthread_t th[NT];
+        shared_run sr[NT];
+        for (int i = 0; i < NT; i++) {
+            sr[i] = (shared_run){cl, &d, pool, i, 0};
+            pthread_create(&th[i], NULL, hammer, &sr[i]);
+        }
+        for (int i = 0; i < NT; i++) {
+            pthread_join(th[i], NULL);
+            CHECKF(sr[i].err <= TOL, "thread %d: relerr %g", i, sr[i].err);
+        }
+    }
+    tj_cpu_layer_free(cl);
+    free_layer(&d);
+}
+
+/* ---- 5. config JSON round trip, determinism of the IR text, errors */
+static void test_config_and_ir(void)
+{
+    tj_error err;
+    tj_cpu_config c;
+    CHECK_OK(tj_cpu_config_from_json("{\"mr\": 8, \"nr\": 48, \"offsets\": \"unrolled\", \"unroll\": 2, \"mb\": 64}", &c, &err), &err);
+    CHECK(c.mr == 8 && c.nr == 48 && c.offsets == TJ_CPU_OFFSETS_UNROLLED && c.unroll == 2 && c.mb == 64);
+    char *j = tj_cpu_config_to_json(&c);
+    tj_cpu_config c2;
+    CHECK_OK(tj_cpu_config_from_json(j, &c2, &err), &err);
+    CHECK(memcmp(&c, &c2, sizeof c) == 0);
+    free(j);
+    CHECK(tj_cpu_config_from_json("{\"mr\": 0}", &c, &err) == TJ_ERR_INVALID_ARGUMENT);
+    CHECK(tj_cpu_config_from_json("{\"offsets\": \"magic\"}", &c, &err) == TJ_ERR_INVALID_ARGUMENT);
+    CHECK(tj_cpu_config_from_json("{\"bogus\": 1}", &c, &err) == TJ_ERR_INVALID_ARGUMENT);
+    CHECK(tj_cpu_config_from_json("[1", &c, &err) == TJ_ERR_INVALID_ARGUMENT);
+    c = tj_cpu_config_default();
+    c.vec = 16;
+    c.mr = 16;
+    c.nr = 64; /* 64 accumulators: more than the register file */
+    CHECK(tj_cpu_config_check(&c, &err) == TJ_ERR_INVALID_ARGUMENT);
+
+    wcase wc = {"ir", 256, 128, 64, 0.5, 2, 0.01, 0, TJ_ACT_GELU, TJ_F32, 1};
+    layer_data d;
+    if (!make_layer(&wc, 3, &d)) { CHECK(0); return; }
+    char *a = NULL, *b = NULL;
+    CHECK_OK(tj_cpu_emit_ir_text(&d.l, NULL, &a, &err), &err);
+    CHECK_OK(tj_cpu_emit_ir_text(&d.l, NULL, &b, &err), &err);
+    CHECK(a && b && strcmp(a, b) == 0);
+    CHECK(a && strstr(a, "llvm.fmuladd") && strstr(a, "tilejit.banner"));
+    free(a);
+    free(b);
+    a = NULL;
+    CHECK_OK(tj_cpu_emit_ir_text(&d.l, "{\"offsets\": \"unrolled\"}", &a, &err), &err);
+    CHECK(a && strstr(a, "tile_0"));
+    free(a);
+    free_layer(&d);
+}
+
+int main(void)
+{
+    tj_error err;
+    tj_cpu_jit *jit = NULL;
+    tj_pool *pool = NULL;
+    if (tj_cpu_jit_create(&jit, &err) != TJ_OK) {
+        fprintf(stderr, "no LLVM JIT here: %s\n", err.msg);
+        return 77;
+    }
+    CHECK_OK(tj_pool_create(4, &pool, &err), &err);
+    test_config_and_ir();
+    test_configs(jit, pool);
+    test_cases(jit, pool);
+    test_threads_identical(jit, pool);
+    test_concurrent(jit, pool);
+    tj_pool_destroy(pool);
+    tj_cpu_jit_destroy(jit);
+    return tj_test_end();
+}
