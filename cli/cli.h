@@ -38,6 +38,11 @@ int cli_parse_double(const char *cmd, const char *opt, const char *s, double lo,
 int cli_parse_backend(const char *cmd, const char *s, tj_backend *out);
 
 int cmd_inspect(int argc, char **argv);
+int cmd_gen(int argc, char **argv);
+int cmd_compile(int argc, char **argv);
+/* A --config value: JSON text as given, or the content of the file it names (malloc'ed); NULL
+ * after printing a message (cmd_gen.c). */
+char *cli_read_config(const char *cmd, const char *value);
 int cmd_run(int argc, char **argv);
 int cmd_prune(int argc, char **argv);
 int cmd_pattern(int argc, char **argv);

@@ -10,6 +10,8 @@
 static const tj_cmd commands[] = {
     {"inspect", "per-layer shape, tiles, density and FLOP reduction of a pattern", cmd_inspect},
     {"run", "run one layer on a .npy input and write Y as .npy", cmd_run},
+    {"gen", "write the CUDA C or LLVM IR generated for one layer", cmd_gen},
+    {"compile", "compile every layer's CUDA kernels with NVRTC (cache, registers, spills)", cmd_compile},
     {"prune", "prune a checkpoint to a tile-wise pattern (tw1, tw2, tew) and pruned weights", cmd_prune},
     {"pattern", "read the tile-wise pattern of pruned weights back from their zeros", cmd_pattern},
     {"model", "run every layer of a model: check against the reference, time against dense", cmd_model},

@@ -125,11 +125,42 @@ void tj_cache_key_hex(const tj_cache_key *k, char out[65])
     out[64] = '\0';
 }
 
+/* ---- payload checksum ----
+ * Integrity, not authentication (the key is the SHA-256): four independent multiply-xor lanes
+ * over 8-byte words, several GB/s, so a warm load of a whole model stays in milliseconds. */
+
+static uint64_t mix64(uint64_t h)
+{
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ull;
+    return h ^ (h >> 33);
+}
+
+static uint64_t checksum64(const void *data, size_t n)
+{
+    const uint8_t *p = data;
+    uint64_t l[4] = {0x243f6a8885a308d3ull, 0x13198a2e03707344ull, 0xa4093822299f31d0ull, 0x082efa98ec4e6c89ull};
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32)
+        for (int j = 0; j < 4; j++) {
+            uint64_t w;
+            memcpy(&w, p + i + 8 * j, 8);
+            l[j] = (l[j] ^ w) * 0x9e3779b97f4a7c15ull;
+            l[j] ^= l[j] >> 29;
+        }
+    uint64_t h = (uint64_t)n;
+    for (; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
+    for (int j = 0; j < 4; j++) h = mix64(h ^ mix64(l[j] + (uint64_t)j));
+    return h;
+}
+
 /* ---- the cache ---- */
 
 #define ENTRY_MAGIC "TJCACHE\001"
-#define ENTRY_VERSION 1u
-#define HEADER_SIZE 88 /* magic 8, version 4, reserved 4, length 8, key 32, payload sha 32 */
+#define ENTRY_VERSION 2u
+#define HEADER_SIZE 64 /* magic 8, version 4, reserved 4, length 8, key 32, payload checksum 8 */
 #define MAX_PAYLOAD ((uint64_t)1 << 34)
 
 struct tj_cache {
@@ -339,14 +370,7 @@ tj_status tj_cache_lookup(tj_cache *c, const tj_cache_key *k, void **blob, size_
             return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory reading kernel cache entry '%s'", path);
         }
         ok = read_full(fd, data, (size_t)n);
-        if (ok) {
-            uint8_t sum[32];
-            tj_sha256 s;
-            tj_sha256_init(&s);
-            tj_sha256_update(&s, data, (size_t)n);
-            tj_sha256_final(&s, sum);
-            ok = memcmp(sum, hdr + 56, 32) == 0;
-        }
+        if (ok) ok = checksum64(data, (size_t)n) == get_u64(hdr + 56);
     }
     close(fd);
     if (!ok) {
@@ -380,10 +404,7 @@ tj_status tj_cache_store(tj_cache *c, const tj_cache_key *k, const void *blob, s
     put_u32(hdr + 8, ENTRY_VERSION);
     put_u64(hdr + 16, (uint64_t)len);
     memcpy(hdr + 24, k->hash, 32);
-    tj_sha256 s;
-    tj_sha256_init(&s);
-    tj_sha256_update(&s, blob, len);
-    tj_sha256_final(&s, hdr + 56);
+    put_u64(hdr + 56, checksum64(blob, len));
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0644);
     int ok = fd >= 0;
     int saved = ok ? 0 : errno;

@@ -2,8 +2,8 @@
  * $TILEJIT_CACHE_DIR, else $XDG_CACHE_HOME/tilejit, else ~/.cache/tilejit. Generic: the CUDA path
  * stores CUBINs, the CPU backend may store objects. Sits between the emitters and the compilers.
  *
- * Entries are a fixed header (magic, format version, payload length, the key's SHA-256, the
- * payload's SHA-256) and the payload, written to a temporary file in the same directory and
+ * Entries are a fixed header (magic, format version, payload length, the key's SHA-256, a 64-bit
+ * checksum of the payload) and the payload, written to a temporary file in the same directory and
  * renamed into place, so readers in other processes see a whole entry or none. An entry that
  * fails any check is deleted and reported as a miss (the caller rebuilds and stores it again).
  * A directory that cannot be created or written turns caching (or storing) off and leaves one
