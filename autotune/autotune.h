@@ -173,7 +173,14 @@ typedef struct tj_tune_host {
     int64_t smem_max;   /* CUDA: shared memory per block, bytes (opt-in maximum) */
     int regs_max;       /* CUDA: registers per thread */
     int64_t g;          /* the layer's tile width (CUDA: BN ≤ g, g % BN == 0) */
+    int64_t kept_rows;  /* Σ over tiles of kept rows: the code size of unrolled offsets (0: unknown) */
 } tj_tune_host;
+
+/* CPU unrolled offsets emit (nv loads + mr broadcasts + mr·nv FMAs) per kept row of every tile
+ * as straight-line code; LLVM needs ~1 ms per thousand such instructions and much more beyond,
+ * (a 3072×768 layer at s = 0.75 took 70–140 s), so the space keeps unrolled configs only under
+ * this many instructions (a few seconds of compilation). */
+#define TJ_TUNE_UNROLLED_MAX_INSTR 16384
 
 /* A space: the valid configs in canonical order, each as axis value indices and JSON. */
 typedef struct tj_tune_space {
@@ -187,8 +194,9 @@ typedef struct tj_tune_space {
     int64_t default_index; /* the built-in default's index, or -1 when not in the space */
 } tj_tune_space;
 
-/* Host facts for backend ("cpu": detected; "cuda": from an arch string like "sm_90"). */
-void tj_tune_host_for(const char *backend, const char *arch, int64_t g, tj_tune_host *out);
+/* Host facts for backend ("cpu": detected; "cuda": from an arch string like "sm_90") and layer
+ * l (NULL: g = 128 and no code-size rule). */
+void tj_tune_host_for(const char *backend, const char *arch, const tj_layer *l, tj_tune_host *out);
 /* The valid configs of backend on host. "reference" has one config, "{}". */
 tj_status tj_tune_space_build(const char *backend, const tj_tune_host *h, tj_tune_space *out,
                               tj_error *err);
@@ -288,6 +296,10 @@ typedef struct tj_tune_opts {
     const char *layer_filter; /* NULL, or only the layer with this name */
     tj_tune_measure_opts mo;
     void (*progress)(void *user, const tj_tune_progress *p);
+    /* After each workload this shard searched: its best config (NULL if none ok) and how many
+     * configs the search looked at (measured now or found in the log). */
+    void (*workload_done)(void *user, const tj_tune_workload *w, const char *best_config, double best_median,
+                          int64_t looked_at, int64_t space);
     void *progress_user;
     int dry_run;              /* plan only: count what would be measured */
 } tj_tune_opts;

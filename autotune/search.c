@@ -47,6 +47,7 @@ typedef struct wl_state {
     const tj_layer *l;
     double best;
     int64_t best_i;
+    int64_t looked;          /* configs of this workload measured or found in the log */
 } wl_state;
 
 static void report(sweep *sw, const wl_state *ws, int64_t i, tj_tune_status st, double med, int resumed)
@@ -119,6 +120,7 @@ static tj_status measure(sweep *sw, wl_state *ws, int64_t i, double *cost, tj_er
         sw->new_seconds += tj_now() - a;
     }
     *cost = st == TJ_TUNE_OK ? med : INFINITY;
+    ws->looked++;
     if (*cost < ws->best || (*cost == ws->best && isfinite(*cost) && ws->best_i >= 0 &&
                              strcmp(cfg, ws->sp->json[ws->best_i]) < 0)) {
         ws->best = *cost;
@@ -268,7 +270,7 @@ tj_status tj_tune_run(const tj_tune_opts *o, tj_tune_summary *out, tj_error *err
         int dup = 0;
         for (int64_t j = 0; j < li && !dup; j++) dup = pat->layers[j].hash == l->hash;
         if (dup) continue;
-        tj_tune_host_for(o->backend, o->arch, l->g, &hosts[nspaces]);
+        tj_tune_host_for(o->backend, o->arch, l, &hosts[nspaces]);
         s = o->configs_json ? tj_tune_space_from_list(o->backend, o->configs_json, &spaces[nspaces], err)
                             : tj_tune_space_build(o->backend, &hosts[nspaces], &spaces[nspaces], err);
         if (s != TJ_OK) {
@@ -320,6 +322,9 @@ tj_status tj_tune_run(const tj_tune_opts *o, tj_tune_summary *out, tj_error *err
         }
         if (s != TJ_OK) break;
         out->workloads += owned;
+        if (owned && !sw.stop && o->workload_done)
+            o->workload_done(o->progress_user, &st->wl, st->best_i >= 0 ? st->sp->json[st->best_i] : NULL, st->best,
+                             st->looked, st->sp->count);
     }
     free(hosts);
 done:

@@ -17,14 +17,14 @@ static const int cpu_mr[] = {2, 4, 6, 8, 12, 14, 16};
 static const int cpu_nr[] = {16, 32, 48, 64};
 static const char *const cpu_offsets[] = {"table", "unrolled"};
 static const int cpu_unroll[] = {1, 4, 8};
-static const int cpu_mb[] = {0, 128}; /* tokens per work item; 0: the backend's ~96 */
+static const int cpu_mb[] = {0, 32, 128}; /* tokens per work item; 0: the backend's ~96 */
 enum { CPU_MR, CPU_NR, CPU_OFFSETS, CPU_UNROLL, CPU_MB, CPU_NAXES };
 static const tj_tune_axis cpu_axes[CPU_NAXES] = {
     {"mr", 7, cpu_mr, NULL},
     {"nr", 4, cpu_nr, NULL},
     {"offsets", 2, NULL, cpu_offsets},
     {"unroll", 3, cpu_unroll, NULL},
-    {"mb", 2, cpu_mb, NULL},
+    {"mb", 3, cpu_mb, NULL},
 };
 /* The backend's built-in default (tj_cpu_config_default) must be a point of the space, so a
  * tuned config is never worse than the default by construction of the search. */
@@ -53,10 +53,11 @@ static const tj_tune_axis cuda_axes[CU_NAXES] = {
 static int ival(const tj_tune_axis *axes, const int *p, int a) { return axes[a].ivals[p[a]]; }
 static const char *sval(const tj_tune_axis *axes, const int *p, int a) { return axes[a].svals[p[a]]; }
 
-void tj_tune_host_for(const char *backend, const char *arch, int64_t g, tj_tune_host *out)
+void tj_tune_host_for(const char *backend, const char *arch, const tj_layer *l, tj_tune_host *out)
 {
     memset(out, 0, sizeof *out);
-    out->g = g > 0 ? g : 128;
+    out->g = l ? l->g : 128;
+    out->kept_rows = l && l->tile_ptr ? l->tile_ptr[l->ntiles] : 0;
     if (backend && strcmp(backend, "cuda") == 0) {
         int sm = 90;
         if (arch && sscanf(arch, "sm_%d", &sm) != 1) sm = 90;
@@ -85,8 +86,13 @@ const char *tj_tune_space_why_invalid(const char *backend, const tj_tune_host *h
         if (mr * nv + nv + 1 > regs)
             return snprintf(why, sizeof why, "mr %d x nr %d needs %d vector registers of %d", mr, nr, mr * nv + nv + 1,
                             regs), why;
-        if (strcmp(sval(axes, p, CPU_OFFSETS), "unrolled") == 0 && ival(axes, p, CPU_UNROLL) == 1)
-            return "unrolled offsets: 1 row per chunk makes one basic block per kept row";
+        if (strcmp(sval(axes, p, CPU_OFFSETS), "unrolled") == 0) {
+            if (ival(axes, p, CPU_UNROLL) == 1) return "unrolled offsets: 1 row per chunk makes one basic block per kept row";
+            int64_t instr = h->kept_rows * (nv + mr + mr * nv);
+            if (instr > TJ_TUNE_UNROLLED_MAX_INSTR)
+                return snprintf(why, sizeof why, "unrolled offsets: %lld straight-line instructions (limit %d) take too long to compile",
+                                (long long)instr, TJ_TUNE_UNROLLED_MAX_INSTR), why;
+        }
         return "";
     }
     if (strcmp(backend, "cuda") == 0) {

@@ -77,6 +77,22 @@ static void on_progress(void *user, const tj_tune_progress *p)
     fflush(stdout);
 }
 
+static void on_workload(void *user, const tj_tune_workload *w, const char *best, double med, int64_t looked,
+                        int64_t space)
+{
+    progress *pg = user;
+    if (pg->tty && pg->last_len) {
+        fputc('\n', stdout);
+        pg->last_len = 0;
+    }
+    if (best)
+        printf("tune: best for %s M=%lld: %s %.4f ms (%lld of %lld configs looked at)\n", w->layer, (long long)w->m, best,
+               1e3 * med, (long long)looked, (long long)space);
+    else
+        printf("tune: no config of %s M=%lld ran correctly (%lld of %lld looked at)\n", w->layer, (long long)w->m,
+               (long long)looked, (long long)space);
+}
+
 /* ---- --best ---------------------------------------------------------------------------- */
 
 typedef struct best_print {
@@ -256,6 +272,7 @@ int cmd_tune(int argc, char **argv)
     o.exe = exe;
     progress pg = {isatty(1), verbose, 0};
     o.progress = on_progress;
+    o.workload_done = on_workload;
     o.progress_user = &pg;
     tj_error err;
     tj_tune_summary sum;

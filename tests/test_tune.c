@@ -189,6 +189,13 @@ static void test_db(void)
     tj_tune_db_destroy(db[1]);
 }
 
+static int64_t count_in(const tj_tune_space *s, const char *needle)
+{
+    int64_t n = 0;
+    for (int64_t i = 0; i < s->count; i++) n += strstr(s->json[i], needle) != NULL;
+    return n;
+}
+
 static void test_space(void)
 {
     tj_error err;
@@ -217,6 +224,13 @@ static void test_space(void)
     tj_tune_workload w = {.n = 768, .k = 768, .g = 128, .kept = 768 * 768 / 4, .m = 128};
     for (int64_t i = 0; i < s.count; i++) CHECK(isfinite(tj_tune_model_cost(&s, &h, i, &w, 2)) && tj_tune_model_cost(&s, &h, i, &w, 2) > 0);
     int64_t n16 = s.count;
+    CHECK(count_in(&s, "unrolled") > 0);
+    tj_tune_space_free(&s);
+    /* code size: a 3072×768 layer at s = 0.75 keeps 24 × 192 rows: no unrolled config survives */
+    tj_tune_host hbig = h;
+    hbig.kept_rows = 24 * 192;
+    CHECK_OK(tj_tune_space_build("cpu", &hbig, &s, &err), &err);
+    CHECK(s.count > 0 && count_in(&s, "unrolled") == 0 && count_in(&s, "table") == s.count);
     tj_tune_space_free(&s);
     /* AVX2: 16 registers, 8-float vectors */
     tj_tune_host h8 = {.vec = 8, .vregs = 16, .g = 128};
@@ -231,8 +245,9 @@ static void test_space(void)
 
     /* CUDA: shared memory per arch, BN ≤ g and dividing it, register estimate */
     tj_tune_host h90, h86;
-    tj_tune_host_for("cuda", "sm_90", 128, &h90);
-    tj_tune_host_for("cuda", "sm_86", 64, &h86);
+    tj_tune_host_for("cuda", "sm_90", NULL, &h90);
+    tj_tune_host_for("cuda", "sm_86", NULL, &h86);
+    h86.g = 64;
     CHECK(h90.smem_max == 227 * 1024 && h86.smem_max == 99 * 1024);
     tj_tune_space s90, s86;
     CHECK_OK(tj_tune_space_build("cuda", &h90, &s90, &err), &err);
@@ -426,7 +441,7 @@ static void test_adaptive_bound(void)
     char logp[600];
     snprintf(logp, sizeof logp, "%s/adaptive-all.jsonl", dir);
     tj_tune_host h;
-    tj_tune_host_for("cpu", NULL, 32, &h);
+    tj_tune_host_for("cpu", NULL, NULL, &h);
     tj_tune_space s;
     tj_error err;
     CHECK_OK(tj_tune_space_build("cpu", &h, &s, &err), &err);
