@@ -44,6 +44,7 @@ int cmd_compile(int argc, char **argv);
  * after printing a message (cmd_gen.c). */
 char *cli_read_config(const char *cmd, const char *value);
 int cmd_run(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 int cmd_prune(int argc, char **argv);
 int cmd_pattern(int argc, char **argv);
 /* Per-layer density and FLOP reduction table plus totals (cmd_prune.c; prune and pattern). */

@@ -10,6 +10,7 @@
 static const tj_cmd commands[] = {
     {"inspect", "per-layer shape, tiles, density and FLOP reduction of a pattern", cmd_inspect},
     {"run", "run one layer on a .npy input and write Y as .npy", cmd_run},
+    {"bench", "time a random tile-wise layer against dense OpenBLAS (cpu) or cuBLAS (cuda)", cmd_bench},
     {"gen", "write the CUDA C or LLVM IR generated for one layer", cmd_gen},
     {"compile", "compile every layer's CUDA kernels with NVRTC (cache, registers, spills)", cmd_compile},
     {"prune", "prune a checkpoint to a tile-wise pattern (tw1, tw2, tew) and pruned weights", cmd_prune},

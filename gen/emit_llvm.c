@@ -28,7 +28,9 @@
 #include "emit_llvm.h"
 #include "tj_config.h"
 
-#define TJ_CPU_UNROLLED_MAX_STEPS 16384 /* row steps × register-block size bound code size */
+/* Unrolled mode's bound: kept-row steps × 24-FMA blocks. Straight-line code costs LLVM about
+ * 0.13 ms of CPU per row step (768×768 at s = 0.75, 1152 steps: 3.6 s), so only small layers. */
+#define TJ_CPU_UNROLLED_MAX_STEPS 512
 #define TJ_CPU_MAX_MR 16
 
 /* ---------------------------------------------------------------- configs */
@@ -368,7 +370,9 @@ static void zero_acc(em *e, int n, LLVMValueRef *acc)
     for (int i = 0; i < n; i++) acc[i] = LLVMConstNull(e->vf);
 }
 
-/* Table mode: a loop over the tile's offsets, `unroll` rows per iteration plus a remainder loop. */
+/* Table mode: a loop over the tile's offsets, `unroll` rows per iteration plus a remainder loop.
+ * Small blocks (decode: mr' = 1) would be bound by the FMA latency chain, so their main loop
+ * spreads rows over `sets` independent accumulator sets, summed in the epilogue. */
 static LLVMValueRef emit_mk_table(em *e, int mr, int nv)
 {
     char name[128];
@@ -377,28 +381,31 @@ static LLVMValueRef emit_mk_table(em *e, int mr, int nv)
     LLVMValueRef x = LLVMGetParam(fn, MK_X), w = LLVMGetParam(fn, MK_W), offs = LLVMGetParam(fn, MK_OFFS);
     LLVMValueRef nrows = LLVMGetParam(fn, MK_NROWS), ld = LLVMGetParam(fn, MK_LD);
     int na = mr * nv, U = e->cfg->unroll;
+    int sets = 8 / na < 1 ? 1 : 8 / na;
+    if (sets > U) sets = U;
+    int nt = na * sets; /* accumulators in all sets */
     LLVMBasicBlockRef entry = LLVMAppendBasicBlockInContext(e->c, fn, "entry");
     LLVMBasicBlockRef main = LLVMAppendBasicBlockInContext(e->c, fn, "main");
     LLVMBasicBlockRef remh = LLVMAppendBasicBlockInContext(e->c, fn, "rem.head");
     LLVMBasicBlockRef rem = LLVMAppendBasicBlockInContext(e->c, fn, "rem");
     LLVMBasicBlockRef epi = LLVMAppendBasicBlockInContext(e->c, fn, "epilogue");
-    LLVMValueRef zero[TJ_CPU_MAX_MR * 16], acc[TJ_CPU_MAX_MR * 16];
-    zero_acc(e, na, zero);
+    enum { MAXACC = 32 };
+    LLVMValueRef zero[MAXACC], acc[MAXACC], phis[MAXACC], main_out[MAXACC], hacc[MAXACC], rphis[MAXACC], fin[MAXACC];
+    zero_acc(e, nt, zero);
 
     LLVMPositionBuilderAtEnd(e->b, entry);
     LLVMValueRef nmain = U > 1 ? LLVMBuildSub(e->b, nrows, LLVMBuildSRem(e->b, nrows, ci64(e, U), ""), "nmain") : ci64(e, 0);
     LLVMBuildCondBr(e->b, LLVMBuildICmp(e->b, LLVMIntSGT, nmain, ci64(e, 0), ""), main, remh);
 
-    /* main: U rows per iteration */
+    /* main: U rows per iteration, row u into set u % sets */
     LLVMPositionBuilderAtEnd(e->b, main);
     LLVMValueRef r = LLVMBuildPhi(e->b, e->i64, "r");
-    LLVMValueRef phis[TJ_CPU_MAX_MR * 16];
-    for (int a = 0; a < na; a++) acc[a] = phis[a] = LLVMBuildPhi(e->b, e->vf, "");
+    for (int a = 0; a < nt; a++) acc[a] = phis[a] = LLVMBuildPhi(e->b, e->vf, "");
     for (int u = 0; u < U; u++) {
         LLVMValueRef ru = u ? LLVMBuildAdd(e->b, r, ci64(e, u), "") : r;
         LLVMValueRef off = LLVMBuildSExt(e->b, load(e, e->i32, gep(e, e->i32, offs, ru), 4), e->i64, "");
         LLVMValueRef wrow = gep(e, e->f32, w, LLVMBuildMul(e->b, ru, ld, ""));
-        emit_row(e, mr, nv, x, wrow, off, acc);
+        emit_row(e, mr, nv, x, wrow, off, acc + (u % sets) * na);
     }
     LLVMValueRef rn = LLVMBuildAdd(e->b, r, ci64(e, U), "");
     LLVMBuildCondBr(e->b, LLVMBuildICmp(e->b, LLVMIntSLT, rn, nmain, ""), main, remh);
@@ -408,13 +415,12 @@ static LLVMValueRef emit_mk_table(em *e, int mr, int nv)
     inc_v[0] = ci64(e, 0);
     inc_v[1] = rn;
     LLVMAddIncoming(r, inc_v, inc_b, 2);
-    for (int a = 0; a < na; a++) {
+    for (int a = 0; a < nt; a++) {
         inc_v[0] = zero[a];
         inc_v[1] = acc[a];
         LLVMAddIncoming(phis[a], inc_v, inc_b, 2);
     }
-    LLVMValueRef main_out[TJ_CPU_MAX_MR * 16];
-    memcpy(main_out, acc, sizeof(LLVMValueRef) * (size_t)na);
+    memcpy(main_out, acc, sizeof(LLVMValueRef) * (size_t)nt);
 
     /* remainder head */
     LLVMPositionBuilderAtEnd(e->b, remh);
@@ -422,8 +428,7 @@ static LLVMValueRef emit_mk_table(em *e, int mr, int nv)
     inc_v[0] = ci64(e, 0);
     inc_v[1] = rn;
     LLVMAddIncoming(rh, inc_v, inc_b, 2);
-    LLVMValueRef hacc[TJ_CPU_MAX_MR * 16];
-    for (int a = 0; a < na; a++) {
+    for (int a = 0; a < nt; a++) {
         hacc[a] = LLVMBuildPhi(e->b, e->vf, "");
         inc_v[0] = zero[a];
         inc_v[1] = main_out[a];
@@ -431,10 +436,10 @@ static LLVMValueRef emit_mk_table(em *e, int mr, int nv)
     }
     LLVMBuildCondBr(e->b, LLVMBuildICmp(e->b, LLVMIntSLT, rh, nrows, ""), rem, epi);
 
-    /* remainder: one row per iteration */
+    /* remainder: one row per iteration, into set 0 (remh dominates the epilogue, so the other
+     * sets need no phis) */
     LLVMPositionBuilderAtEnd(e->b, rem);
     LLVMValueRef r1 = LLVMBuildPhi(e->b, e->i64, "r1");
-    LLVMValueRef rphis[TJ_CPU_MAX_MR * 16];
     for (int a = 0; a < na; a++) acc[a] = rphis[a] = LLVMBuildPhi(e->b, e->vf, "");
     {
         LLVMValueRef off = LLVMBuildSExt(e->b, load(e, e->i32, gep(e, e->i32, offs, r1), 4), e->i64, "");
@@ -454,13 +459,14 @@ static LLVMValueRef emit_mk_table(em *e, int mr, int nv)
     }
 
     LLVMPositionBuilderAtEnd(e->b, epi);
-    LLVMValueRef fin[TJ_CPU_MAX_MR * 16];
     for (int a = 0; a < na; a++) {
         fin[a] = LLVMBuildPhi(e->b, e->vf, "");
         inc_v[0] = hacc[a];
         inc_v[1] = acc[a];
         LLVMAddIncoming(fin[a], inc_v, rinc_b, 2);
     }
+    for (int a = 0; a < na; a++)
+        for (int st = 1; st < sets; st++) fin[a] = LLVMBuildFAdd(e->b, fin[a], hacc[st * na + a], "");
     emit_epilogue(e, mr, nv, fn, fin);
     return fn;
 }
@@ -594,13 +600,27 @@ static tj_status emit_item(em *e, tj_cpu_emit_info *info, tj_error *err)
         int64_t rest = w % ((int64_t)nv * V);
         if (rest) need_nv[(rest + V - 1) / V] = 1;
     }
+    /* Token-block variants: mr itself and the powers of two below it; a tail of t tokens runs
+     * the largest variant ≤ t and loops (12 → 12, 8, 4, 2, 1: five kernels, not twelve). */
     LLVMValueRef *mk = calloc((size_t)mr * (size_t)nv, sizeof *mk);
-    if (!mk) return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory emitting IR");
-    for (int a = 1; a <= mr; a++)
-        for (int b = 1; b <= nv; b++)
-            mk[(a - 1) * nv + (b - 1)] = need_nv[b] ? emit_mk_table(e, a, b) : LLVMConstNull(e->ptr);
+    int64_t *step = calloc((size_t)mr, sizeof *step);
+    if (!mk || !step) { free(mk); free(step); return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory emitting IR"); }
+    LLVMValueRef variant[TJ_CPU_MAX_MR + 1][17];
+    memset(variant, 0, sizeof variant);
+    for (int a = 1; a <= mr; a++) {
+        int v = a == mr ? mr : 1;
+        while (a != mr && v * 2 <= a) v *= 2;
+        step[a - 1] = v;
+        for (int b = 1; b <= nv; b++) {
+            if (!need_nv[b]) { mk[(a - 1) * nv + (b - 1)] = LLVMConstNull(e->ptr); continue; }
+            if (!variant[v][b]) variant[v][b] = emit_mk_table(e, v, b);
+            mk[(a - 1) * nv + (b - 1)] = variant[v][b];
+        }
+    }
     LLVMValueRef mk_tab = const_global(e, "mk", LLVMConstArray2(e->ptr, mk, (uint64_t)mr * (uint64_t)nv));
+    LLVMValueRef step_tab = const_global(e, "mstep", i64_array(e, step, mr));
     free(mk);
+    free(step);
     LLVMValueRef unr_tab = NULL;
     info->rows_emitted = 0;
     if (e->cfg->offsets == TJ_CPU_OFFSETS_UNROLLED) {
@@ -643,6 +663,7 @@ static tj_status emit_item(em *e, tj_cpu_emit_info *info, tj_error *err)
     LLVMValueRef k = LLVMBuildMul(e->b, LLVMBuildSub(e->b, mrb, ci64(e, 1), ""), ci64(e, nv), "");
     k = LLVMBuildAdd(e->b, k, LLVMBuildSub(e->b, nvb, ci64(e, 1), ""), "");
     LLVMValueRef f = load(e, e->ptr, gep(e, e->ptr, mk_tab, k), 8);
+    mb.step = load(e, e->i64, gep(e, e->i64, step_tab, LLVMBuildSub(e->b, mrb, ci64(e, 1), "")), 8);
     if (unr_fn) {
         LLVMValueRef full = LLVMBuildAnd(e->b, LLVMBuildICmp(e->b, LLVMIntEQ, mrb, ci64(e, mr), ""),
                                          LLVMBuildICmp(e->b, LLVMIntEQ, nvb, ci64(e, nv), ""), "");

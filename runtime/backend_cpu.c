@@ -33,6 +33,10 @@ static tj_status llvm_fail(tj_error *err, LLVMErrorRef e, const char *call, cons
 
 /* ---------------------------------------------------------------- JIT */
 
+/* The emitted IR is already explicit vector code: it needs cleanup and loop-invariant code
+ * motion, not the whole O2 pipeline. */
+#define TJ_CPU_PASSES "function(instcombine,simplifycfg,early-cse)"
+
 struct tj_cpu_jit {
     LLVMOrcLLJITRef jit;
     LLVMTargetMachineRef tm; /* for the optimisation pipeline */
@@ -127,11 +131,13 @@ static tj_status jit_add(tj_cpu_jit *j, LLVMOrcThreadSafeContextRef tsc, LLVMMod
                          tj_error *err)
 {
     LLVMPassBuilderOptionsRef po = LLVMCreatePassBuilderOptions();
-    LLVMErrorRef e = LLVMRunPasses(m, "default<O2>", j->tm, po);
+    const char *passes = getenv("TILEJIT_CPU_PASSES"); /* an experiment knob; the IR needs little */
+    if (!passes || !*passes) passes = TJ_CPU_PASSES;
+    LLVMErrorRef e = LLVMRunPasses(m, passes, j->tm, po);
     LLVMDisposePassBuilderOptions(po);
     if (e) {
         LLVMDisposeModule(m);
-        return llvm_fail(err, e, "LLVMRunPasses(default<O2>)", __FILE__, __LINE__);
+        return llvm_fail(err, e, "LLVMRunPasses", __FILE__, __LINE__);
     }
     LLVMOrcThreadSafeModuleRef tsm = LLVMOrcCreateNewThreadSafeModule(m, tsc);
     e = LLVMOrcLLJITAddLLVMIRModule(j->jit, LLVMOrcLLJITGetMainJITDylib(j->jit), tsm);

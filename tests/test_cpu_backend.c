@@ -65,16 +65,11 @@ static void free_layer(layer_data *d)
     free(d->b);
 }
 
-/* Runs the layer on M tokens with cfg on `threads` threads of pool; returns the relative error
- * against the reference, or 1e9 when something was not written. */
-static double check_one(tj_cpu_jit *jit, tj_pool *pool, const layer_data *d, const tj_cpu_config *cfg, int64_t m,
-                        int threads, uint64_t seed, const char *prefix, float **keep)
+/* Runs compiled layer cl on M tokens on `threads` threads of pool; returns the relative error
+ * against the reference, or 1e9 when something was not written (NaN poison survives). */
+static double run_one(const tj_cpu_layer *cl, tj_pool *pool, const layer_data *d, int64_t m, int threads, uint64_t seed,
+                      float **keep)
 {
-    tj_error err;
-    tj_cpu_layer *cl = NULL;
-    tj_status s = tj_cpu_layer_build(jit, &d->l, &d->lw, cfg, prefix, &cl, &err);
-    CHECK_OK(s, &err);
-    if (s != TJ_OK) return 1e9;
     const tj_layer *l = &d->l;
     float *x = malloc((size_t)(m * l->k) * sizeof *x), *y = malloc((size_t)(m * l->n) * sizeof *y);
     float *ref = malloc((size_t)(m * l->n) * sizeof *ref);
@@ -88,6 +83,23 @@ static double check_one(tj_cpu_jit *jit, tj_pool *pool, const layer_data *d, con
     else free(y);
     free(x);
     free(ref);
+    return e;
+}
+
+static tj_cpu_layer *build(tj_cpu_jit *jit, const layer_data *d, const tj_cpu_config *cfg, const char *prefix)
+{
+    tj_error err;
+    tj_cpu_layer *cl = NULL;
+    CHECK_OK(tj_cpu_layer_build(jit, &d->l, &d->lw, cfg, prefix, &cl, &err), &err);
+    return cl;
+}
+
+static double check_one(tj_cpu_jit *jit, tj_pool *pool, const layer_data *d, const tj_cpu_config *cfg, int64_t m,
+                        int threads, uint64_t seed, const char *prefix, float **keep)
+{
+    tj_cpu_layer *cl = build(jit, d, cfg, prefix);
+    if (!cl) return 1e9;
+    double e = run_one(cl, pool, d, m, threads, seed, keep);
     tj_cpu_layer_free(cl);
     return e;
 }
@@ -119,13 +131,15 @@ static void test_configs(tj_cpu_jit *jit, tj_pool *pool)
         for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
             layer_data d;
             if (!make_layer(&shapes[si], 100 + si, &d)) { CHECK(0); continue; }
-            for (size_t mi = 0; mi < sizeof ms / sizeof *ms; mi++) {
-                char pre[32], buf[200];
-                snprintf(pre, sizeof pre, "c%d", id++);
-                double e = check_one(jit, pool, &d, &c, ms[mi], 0, 1000 + mi, pre, NULL);
+            char pre[32], buf[200];
+            snprintf(pre, sizeof pre, "c%d", id++);
+            tj_cpu_layer *cl = build(jit, &d, &c, pre);
+            for (size_t mi = 0; cl && mi < sizeof ms / sizeof *ms; mi++) {
+                double e = run_one(cl, pool, &d, ms[mi], 0, 1000 + mi, NULL);
                 CHECKF(e <= TOL, "config %s shape %s M=%lld: relerr %g", cfg_str(&c, buf, sizeof buf), shapes[si].what,
                        (long long)ms[mi], e);
             }
+            tj_cpu_layer_free(cl);
             free_layer(&d);
         }
     }
@@ -160,13 +174,17 @@ static void test_cases(tj_cpu_jit *jit, tj_pool *pool)
     for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
         layer_data d;
         if (!make_layer(&cases[ci], 7 + ci, &d)) { CHECK(0); continue; }
-        for (size_t mi = 0; mi < sizeof ms / sizeof *ms; mi++) {
-            const tj_cpu_config *c = mi % 2 ? &unr : &table;
+        for (int mode = 0; mode < 2; mode++) {
+            const tj_cpu_config *c = mode ? &unr : &table;
             char pre[32];
             snprintf(pre, sizeof pre, "k%d", id++);
-            double e = check_one(jit, pool, &d, c, ms[mi], 0, 77 + mi, pre, NULL);
-            CHECKF(e <= TOL, "case %s M=%lld %s: relerr %g", cases[ci].what, (long long)ms[mi],
-                   c->offsets ? "unrolled" : "table", e);
+            tj_cpu_layer *cl = build(jit, &d, c, pre);
+            for (size_t mi = 0; cl && mi < sizeof ms / sizeof *ms; mi++) {
+                double e = run_one(cl, pool, &d, ms[mi], 0, 77 + mi, NULL);
+                CHECKF(e <= TOL, "case %s M=%lld %s: relerr %g", cases[ci].what, (long long)ms[mi],
+                       c->offsets ? "unrolled" : "table", e);
+            }
+            tj_cpu_layer_free(cl);
         }
         free_layer(&d);
     }
