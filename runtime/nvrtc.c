@@ -290,6 +290,7 @@ tj_status tj_nvrtc_compile(tj_cache *cache, const char *source, const char *labe
         int u = payload_unpack(blob, len, out);
         free(blob);
         if (u > 0) {
+            dump_unit(label, sm, source, opts, nopts, out->log); /* the log of the compile that made it */
             tj_ptxas_parse(out->log, out);
             out->seconds = now_s() - t0;
             return TJ_OK;

@@ -57,7 +57,7 @@ static int parse_baked(const char *src, baked *b)
     cap = 1024;
     b->words = calloc((size_t)cap, sizeof *b->words);
     const char *tab = strstr(src, "unsigned long long tj_ofs_tab[");
-    const char *imm = strstr(src, "#define TJ_IMM");
+    const char *imm = strstr(src, "#define TJ_IMM4");
     if (tab) {
         const char *end = strstr(tab, "};");
         for (const char *q = strstr(tab, "= {"); q && (q = strstr(q, "0x")) && q < end; q += 2) {
@@ -65,12 +65,15 @@ static int parse_baked(const char *src, baked *b)
             b->words[b->nwords++] = strtoull(q, NULL, 16);
         }
     } else if (imm) {
-        for (const char *q = strchr(imm, '\n'); (q = strstr(q, "TJ_IMM(")) != NULL; q += 7) {
+        const char *q = strstr(imm, "o.w[i + 3]))"); /* the end of the macro's definition */
+        for (; q && (q = strstr(q, "TJ_IMM4(")) != NULL; q += 8) {
             int idx;
-            unsigned long long w;
-            if (sscanf(q, "TJ_IMM(%d, 0x%llx)", &idx, &w) != 2) continue;
-            if (b->nwords == cap) b->words = realloc(b->words, (size_t)(cap *= 2) * sizeof *b->words);
-            b->words[b->nwords++] = w;
+            unsigned long long w[4];
+            if (sscanf(q, "TJ_IMM4(%d, 0x%llx, 0x%llx, 0x%llx, 0x%llx)", &idx, &w[0], &w[1], &w[2], &w[3]) != 5) continue;
+            for (int i = 0; i < 4; i++) {
+                if (b->nwords == cap) b->words = realloc(b->words, (size_t)(cap *= 2) * sizeof *b->words);
+                b->words[b->nwords++] = w[i];
+            }
         }
     }
     return 1;
