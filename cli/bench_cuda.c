@@ -6,7 +6,9 @@
  * Timing (METHOD.md): a warm-up, then samples of one full rotation over R input/output/weight
  * sets each (R chosen so a rotation's data is ≥ 3× the L2, the H200's is 60 MB, capped at 32),
  * until the samples cover ≥ --min-time seconds (0.2 s) and at least 10 samples; the median
- * sample divided by R is the time per call. */
+ * sample divided by R is the time per call. Each rotation is captured once as a CUDA graph and
+ * replayed (tilejit's 1–3 launches and cuBLAS's alike), so launch gaps do not count: at decode
+ * sizes they would otherwise dominate both; --no-graph times plain stream launches. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,13 +27,16 @@
 static const char *help =
     "usage: tilejit bench --backend cuda --m M --n N --k K --sparsity S [--g 128] [--mode tw1|tw2]\n"
     "                     [--dtype fp16|bf16] [--config JSON] [--seed N] [--min-time SEC]\n"
-    "                     [--device I] [--cache-dir DIR] [-v]\n\n"
+    "                     [--device I] [--cache-dir DIR] [--no-graph] [-v]\n\n"
     "Times one random tile-wise sparse layer Y = X · (W ⊙ mask)ᵀ (n × k, tiles of g, overall\n"
     "sparsity S; tw2 prunes 1 − sqrt(1 − S) of the columns and of each tile's rows, tw1 only\n"
     "rows) on the GPU against dense cublasGemmEx (tensor cores, fp32 accumulation) on the same\n"
     "data and layout, after checking both against the reference (relative error ≤ 2e-3 for\n"
     "fp16, ≤ 1e-2 for bf16; outputs poisoned with NaN first). The output dtype is the input's\n"
     "unless --config sets \"out\"; --config is a CUDA config JSON (see `tilejit gen --help`).\n"
+    "Timing: CUDA events over a CUDA graph of one rotation through several input, output and\n"
+    "weight buffers (together ≥ 3× the L2), median of samples covering --min-time (0.2 s);\n"
+    "--no-graph launches on the stream instead.\n"
     "Ends with one line:\n"
     "  speedup <dense/tilejit> tilejit_us <µs> dense_us <µs> kept_tflops <TFLOP/s of kept work>\n";
 
@@ -57,48 +62,80 @@ static int cmpd(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* Median seconds per launch (see the file comment). Returns < 0 with a message on failure. */
-static double time_loop(gpu *g, launch_fn fn, void *user, int rot, double min_time, int *nsamples, char *err,
-                        size_t errlen)
+/* Captures one rotation of fn into a graph (CUDA graph replay hides launch gaps, METHOD.md);
+ * NULL with a note on stdout when capture is not possible (timing then uses plain launches). */
+static CUgraphExec capture(gpu *g, launch_fn fn, void *user, int rot, char *err, size_t errlen)
 {
     tj_error e;
+    CUgraph graph = NULL;
+    CUgraphExec exec = NULL;
+    if (TJ_CU(&g->dev->cu, &e, StreamBeginCapture(g->stream, CU_STREAM_CAPTURE_MODE_RELAXED)) != TJ_OK) goto fail;
+    int bad = 0;
+    for (int i = 0; i < rot && !bad; i++) bad = fn(user, i, err, errlen);
+    tj_status s = TJ_CU(&g->dev->cu, &e, StreamEndCapture(g->stream, &graph));
+    if (bad) snprintf(e.msg, sizeof e.msg, "%s", err);
+    if (bad || s != TJ_OK) goto fail;
+    if (TJ_CU(&g->dev->cu, &e, GraphInstantiate(&exec, graph, 0)) != TJ_OK) goto fail;
+    g->dev->cu.GraphDestroy(graph);
+    return exec;
+fail:
+    if (graph) g->dev->cu.GraphDestroy(graph);
+    printf("note        graph capture failed (%s): timing plain launches\n", e.msg);
+    return NULL;
+}
+
+/* Median seconds per launch (see the file comment); with use_graph, each sample replays one
+ * captured rotation. Returns < 0 with a message on failure. */
+static double time_loop(gpu *g, launch_fn fn, void *user, int rot, int use_graph, double min_time, int *nsamples,
+                        char *err, size_t errlen)
+{
+    tj_error e;
+    CUgraphExec exec = NULL;
+    double *samples = NULL;
     for (int w = 0; w < 3; w++)
         for (int i = 0; i < rot; i++)
             if (fn(user, i, err, errlen)) return -1;
     if (TJ_CU(&g->dev->cu, &e, StreamSynchronize(g->stream)) != TJ_OK) goto cu_fail;
+    if (use_graph && (exec = capture(g, fn, user, rot, err, errlen)) != NULL) {
+        if (TJ_CU(&g->dev->cu, &e, GraphLaunch(exec, g->stream)) != TJ_OK) goto cu_fail;
+        if (TJ_CU(&g->dev->cu, &e, StreamSynchronize(g->stream)) != TJ_OK) goto cu_fail;
+    }
     int cap = 4096, n = 0;
-    double *samples = malloc(sizeof *samples * (size_t)cap), total = 0;
+    double total = 0;
+    samples = malloc(sizeof *samples * (size_t)cap);
     if (!samples) {
         snprintf(err, errlen, "out of memory");
-        return -1;
+        goto fail;
     }
     while ((total < min_time || n < 10) && n < cap) {
-        if (TJ_CU(&g->dev->cu, &e, EventRecord(g->e0, g->stream)) != TJ_OK) goto cu_fail_free;
-        for (int i = 0; i < rot; i++)
-            if (fn(user, i, err, errlen)) {
-                free(samples);
-                return -1;
-            }
-        if (TJ_CU(&g->dev->cu, &e, EventRecord(g->e1, g->stream)) != TJ_OK) goto cu_fail_free;
-        if (TJ_CU(&g->dev->cu, &e, EventSynchronize(g->e1)) != TJ_OK) goto cu_fail_free;
+        if (TJ_CU(&g->dev->cu, &e, EventRecord(g->e0, g->stream)) != TJ_OK) goto cu_fail;
+        if (exec) {
+            if (TJ_CU(&g->dev->cu, &e, GraphLaunch(exec, g->stream)) != TJ_OK) goto cu_fail;
+        } else {
+            for (int i = 0; i < rot; i++)
+                if (fn(user, i, err, errlen)) goto fail;
+        }
+        if (TJ_CU(&g->dev->cu, &e, EventRecord(g->e1, g->stream)) != TJ_OK) goto cu_fail;
+        if (TJ_CU(&g->dev->cu, &e, EventSynchronize(g->e1)) != TJ_OK) goto cu_fail;
         float ms = 0;
-        if (TJ_CU(&g->dev->cu, &e, EventElapsedTime(&ms, g->e0, g->e1)) != TJ_OK) goto cu_fail_free;
+        if (TJ_CU(&g->dev->cu, &e, EventElapsedTime(&ms, g->e0, g->e1)) != TJ_OK) goto cu_fail;
         samples[n++] = 1e-3 * ms / rot;
         total += 1e-3 * ms;
     }
     qsort(samples, (size_t)n, sizeof *samples, cmpd);
     double med = n % 2 ? samples[n / 2] : 0.5 * (samples[n / 2 - 1] + samples[n / 2]);
     free(samples);
+    if (exec) g->dev->cu.GraphExecDestroy(exec);
     *nsamples = n;
     return med;
-cu_fail_free:
-    free(samples);
 cu_fail:
     snprintf(err, errlen, "%s", e.msg);
+fail:
+    free(samples);
+    if (exec) g->dev->cu.GraphExecDestroy(exec);
     return -1;
 }
 
-/* Opens device `device`, or uses `shared` (not owned) when device < 0. */
 static int gpu_open(gpu *g, int device, tj_cuda_device *shared, char *err, size_t errlen)
 {
     memset(g, 0, sizeof *g);
@@ -114,19 +151,26 @@ static int gpu_open(gpu *g, int device, tj_cuda_device *shared, char *err, size_
     if (TJ_CU(&g->dev->cu, &e, StreamCreate(&g->stream, CU_STREAM_NON_BLOCKING)) != TJ_OK) goto fail;
     if (TJ_CU(&g->dev->cu, &e, EventCreate(&g->e0, CU_EVENT_DEFAULT)) != TJ_OK) goto fail;
     if (TJ_CU(&g->dev->cu, &e, EventCreate(&g->e1, CU_EVENT_DEFAULT)) != TJ_OK) goto fail;
+    return 0;
+fail:
+    snprintf(err, errlen, "%s", e.msg);
+    return 1;
+}
+
 #if TJ_HAVE_CUBLAS
+/* cuBLAS on the same stream, created on first use (after tilejit's own checks). */
+static int gpu_blas(gpu *g, char *err, size_t errlen)
+{
+    if (g->blas) return 0;
     cublasStatus_t bs = cublasCreate(&g->blas);
     if (bs == CUBLAS_STATUS_SUCCESS) bs = cublasSetStream(g->blas, (cudaStream_t)g->stream);
     if (bs != CUBLAS_STATUS_SUCCESS) {
         snprintf(err, errlen, "cublasCreate/cublasSetStream failed: %s", cublasGetStatusString(bs));
         return 1;
     }
-#endif
     return 0;
-fail:
-    snprintf(err, errlen, "%s", e.msg);
-    return 1;
 }
+#endif
 
 static void gpu_close(gpu *g)
 {
@@ -277,12 +321,12 @@ int bench_cuda(int argc, char **argv)
     const char *sm = NULL, *sn = NULL, *sk = NULL, *ss = NULL, *sg = "128", *smode = "tw1", *sdt = NULL,
                *cfgjson = NULL, *sseed = "1", *smin = "0.2", *sdev = "0", *backend = "cuda", *cache_dir = NULL,
                *pos[1];
-    int verbose = 0, npos = 0;
+    int verbose = 0, npos = 0, no_graph = 0;
     cli_opt opts[] = {{"backend", 1, &backend, NULL}, {"m", 1, &sm, NULL}, {"n", 1, &sn, NULL}, {"k", 1, &sk, NULL},
                       {"sparsity", 1, &ss, NULL}, {"g", 1, &sg, NULL}, {"mode", 1, &smode, NULL},
                       {"dtype", 1, &sdt, NULL}, {"config", 1, &cfgjson, NULL}, {"seed", 1, &sseed, NULL},
                       {"min-time", 1, &smin, NULL}, {"device", 1, &sdev, NULL}, {"cache-dir", 1, &cache_dir, NULL},
-                      {"v", 0, NULL, &verbose}, {"verbose", 0, NULL, &verbose}, {0}};
+                      {"v", 0, NULL, &verbose}, {"verbose", 0, NULL, &verbose}, {"no-graph", 0, NULL, &no_graph}, {0}};
     int r = cli_parse(C, argc, argv, opts, pos, 0, &npos);
     if (r == 2) {
         fputs(help, stdout);
@@ -452,6 +496,7 @@ int bench_cuda(int argc, char **argv)
     double t_dense = NAN;
     int ns_tj = 0, ns_dense = 0;
 #if TJ_HAVE_CUBLAS
+    if (gpu_blas(&G, msg, sizeof msg)) goto done;
     if (poison(&G, B.y[0], yelems, out, &e) != TJ_OK) goto tj_fail;
     if (launch_dense(&B, 0, msg, sizeof msg)) goto done;
     if (check_output(&G, &B, B.y[0], rows, nrows, yget, &nans, msg, sizeof msg)) goto done;
@@ -462,10 +507,10 @@ int bench_cuda(int argc, char **argv)
         snprintf(msg, sizeof msg, "the cuBLAS baseline's result is wrong: relative error %.3g", err_dense);
         goto done;
     }
-    t_dense = time_loop(&G, launch_dense, &B, rot, min_time, &ns_dense, msg, sizeof msg);
+    t_dense = time_loop(&G, launch_dense, &B, rot, !no_graph, min_time, &ns_dense, msg, sizeof msg);
     if (t_dense < 0) goto done;
 #endif
-    double t_tj = time_loop(&G, launch_tilejit, &B, rot, min_time, &ns_tj, msg, sizeof msg);
+    double t_tj = time_loop(&G, launch_tilejit, &B, rot, !no_graph, min_time, &ns_tj, msg, sizeof msg);
     if (t_tj < 0) goto done;
     /* Re-check after timing: a fault or race during the timed launches shows here. */
     if (poison(&G, B.y[0], yelems, out, &e) != TJ_OK) goto tj_fail;
@@ -479,8 +524,9 @@ int bench_cuda(int argc, char **argv)
     }
     double kept_tflops = 2.0 * (double)M * (double)kept / t_tj / 1e12;
     double dense_tflops = 2.0 * (double)M * (double)n * (double)k / t_dense / 1e12;
-    printf("timing      rotation over %d sets (%.1f MB each), %d / %d samples, min %.2f s\n", rot, set_bytes / 1e6,
-           ns_tj, ns_dense, min_time);
+    printf("timing      %s, rotation over %d sets (%.1f MB each), %d / %d samples, min %.2f s\n",
+           no_graph ? "plain stream launches" : "CUDA graph replay of each rotation", rot, set_bytes / 1e6, ns_tj, ns_dense,
+           min_time);
     printf("tilejit     %.2f us  (%.1f TFLOP/s on kept weights)\n", 1e6 * t_tj, kept_tflops);
     printf("dense       %.2f us  (%.1f TFLOP/s, cublasGemmEx %s)\n", 1e6 * t_dense, dense_tflops,
            fm ? "NN on feature-major" : "TN on row-major");
@@ -594,11 +640,12 @@ int tj_cli_cuda_time_layer(tj_model *m, int64_t layer, int64_t M, double min_tim
                    .dtype = {kDLFloat, 32, 1}};
     H.x = &xt;
     H.y = &yt;
-    double t = time_loop(&G, launch_model, &H, 8, min_time, &ns, err, errlen);
+    double t = time_loop(&G, launch_model, &H, 8, 0, min_time, &ns, err, errlen);
     if (t < 0) goto done;
     *tilejit_s = t;
 #if TJ_HAVE_CUBLAS
-    t = time_loop(&G, launch_model_dense, &H, 8, min_time, &ns, err, errlen);
+    if (gpu_blas(&G, err, errlen)) goto done;
+    t = time_loop(&G, launch_model_dense, &H, 8, 0, min_time, &ns, err, errlen);
     if (t < 0) goto done;
     *dense_s = t;
 #endif

@@ -624,7 +624,7 @@ static tj_status linear_device(tj_model *m, int64_t layer, const tj_linear_args 
         return tj_fail(err, TJ_ERR_UNSUPPORTED,
                        "x: float32 device tensors are not supported by the CUDA kernels; pass float16 or bfloat16 "
                        "(or a host tensor, converted on the way)");
-    int64_t ldx, ldy;
+    int64_t ldx = 0, ldy = 0;
     TJ_TRY(device_ld(x, "x", &ldx, err));
     TJ_TRY(device_ld(y, "y", &ldy, err));
     CUdeviceptr xp = (CUdeviceptr)(uintptr_t)x->data + x->byte_offset;

@@ -51,7 +51,13 @@
     X(EventDestroy)             \
     X(EventRecord)              \
     X(EventSynchronize)         \
-    X(EventElapsedTime)
+    X(EventElapsedTime)         \
+    X(StreamBeginCapture)       \
+    X(StreamEndCapture)         \
+    X(GraphInstantiate)         \
+    X(GraphLaunch)              \
+    X(GraphExecDestroy)         \
+    X(GraphDestroy)
 
 typedef struct tj_cu_api {
     void *lib;               /* dlopen handle */
