@@ -160,6 +160,37 @@ static __device__ __forceinline__ void tj_finish(const tj_args &a, int n, long l
     tj_store_out(a.y, tj_y_index(a, n, m), v);
 }
 
+/* Two neighbouring tokens m, m + 1 of feature n: one 8-byte (fp32) or 4-byte (fp16/bf16) store
+ * when y is feature-major with an even ldy (y itself 16-byte aligned, per the ABI). */
+static __device__ __forceinline__ void tj_finish2(const tj_args &a, int n, int m, float acc0, float acc1)
+{
+#if TJ_Y_FM
+    if (m + 1 < a.m && (a.ldy & 1) == 0) {
+        const float b = a.bias ? a.bias[n] : 0.0f;
+        float v0 = acc0 + b, v1 = acc1 + b;
+        if (!tj_defer_act(a, n)) {
+            v0 = tj_act(v0);
+            v1 = tj_act(v1);
+        }
+        const long long i = (long long)n * a.ldy + m;
+#if TJ_OUT_KIND == 0
+        *(float2 *)((float *)a.y + i) = make_float2(v0, v1);
+#else
+        unsigned u; /* cvt.*x2: the first source goes to the upper half (token m + 1) */
+#if TJ_OUT_KIND == 1
+        asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(u) : "f"(v1), "f"(v0));
+#else
+        asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(u) : "f"(v1), "f"(v0));
+#endif
+        *(unsigned *)((tj_raw16 *)a.y + i) = u;
+#endif
+        return;
+    }
+#endif
+    if (m < a.m) tj_finish(a, n, m, acc0);
+    if (m + 1 < a.m) tj_finish(a, n, m + 1, acc1);
+}
+
 /* Index k of kept row r (0 <= r < TJ_BK) of a chunk; r may vary per thread. */
 static __device__ __forceinline__ int tj_ofs_get(const tj_ofs &o, int r)
 {

@@ -175,8 +175,7 @@ extern "C" __global__ void __launch_bounds__(TJ_THREADS) tj_tiles(const tj_args 
 #pragma unroll
             for (int j = 0; j < TJ_NI; ++j) {
                 const int m = m0 + wm * TJ_WTM + j * 8 + (lane & 3) * 2;
-                if (m < a.m) tj_finish(a, n, m, acc[i][j][2 * h]);
-                if (m + 1 < a.m) tj_finish(a, n, m + 1, acc[i][j][2 * h + 1]);
+                tj_finish2(a, n, m, acc[i][j][2 * h], acc[i][j][2 * h + 1]);
             }
         }
     }
