@@ -141,6 +141,13 @@ const char *tj_tune_match_name(tj_tune_match m);
 tj_status tj_tune_db_best(tj_tune_db *db, const char *backend, const char *device, const char *arch,
                           const tj_layer *l, int64_t m, tj_tune_choice *out);
 
+/* For tools that build kernels without a context (tilejit bench): the best config of layer l at
+ * batch m on this host's backend from the log at path (NULL or "": $TILEJIT_TUNING_LOG; neither:
+ * no lookup). *config is malloc'ed, or NULL when no record applies (use the built-in default);
+ * note (may be NULL) gets one line saying what was chosen and why. */
+tj_status tj_tune_config_from_log(const char *path, const char *backend, const tj_layer *l, int64_t m,
+                                  char **config, char *note, size_t note_cap, tj_error *err);
+
 /* Every (backend, device, workload, M bucket) group's best, in a stable order, for
  * `tilejit tune --best`. Calls fn until it returns nonzero. */
 typedef struct tj_tune_best_row {
@@ -274,6 +281,7 @@ typedef struct tj_tune_progress {
     const char *config;       /* just measured */
     tj_tune_status status;
     double median;
+    int resumed;              /* this one came from the log */
     const char *best_config;  /* best so far for this workload, or NULL */
     double best_median;
     double elapsed_s, eta_s;  /* eta_s < 0: unknown */
@@ -308,7 +316,7 @@ tj_tune_opts tj_tune_opts_default(void);
 
 typedef struct tj_tune_summary {
     int64_t workloads;        /* (layer, M) pairs of this shard */
-    int64_t space;            /* valid configs per workload (last seen) */
+    int64_t space;            /* valid configs of the largest workload space */
     int64_t measured;         /* new measurements made */
     int64_t resumed;          /* skipped because the log had them */
     int64_t failed;           /* new measurements with status != ok */

@@ -1,6 +1,7 @@
 /* Tuning database: merges logs into one entry per (target device, workload, M, config) and answers
  * "best config for this layer at this M" through a sorted index of groups (binary search). */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -335,4 +336,33 @@ tj_status tj_tune_db_each_best(tj_tune_db *db, tj_tune_best_fn fn, void *user, t
     }
     free(v);
     return TJ_OK;
+}
+
+tj_status tj_tune_config_from_log(const char *path, const char *backend, const tj_layer *l, int64_t m,
+                                  char **config, char *note, size_t note_cap, tj_error *err)
+{
+    *config = NULL;
+    if (note && note_cap) note[0] = '\0';
+    if (!path || !*path) path = getenv("TILEJIT_TUNING_LOG");
+    if (!path || !*path) return TJ_OK;
+    tj_tune_db *db = NULL;
+    TJ_TRY(tj_tune_db_create(&db, err));
+    tj_status s = tj_tune_db_load(db, path, 0, err);
+    if (s == TJ_OK) {
+        tj_tune_target host;
+        tj_tune_host_target(&host);
+        tj_tune_choice ch;
+        if (tj_tune_db_best(db, backend, host.device, host.arch, l, m, &ch) == TJ_OK) {
+            if (!(*config = strdup(ch.config))) s = tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory");
+            else if (note)
+                snprintf(note, note_cap, "tuning: layer '%s' (M %lld): config %s from %s (match: %s; measured on %s at M %lld: %.4f ms)",
+                         l->name, (long long)m, ch.config, path, tj_tune_match_name(ch.match), ch.device,
+                         (long long)ch.m_tuned, 1e3 * ch.median);
+        } else if (note) {
+            snprintf(note, note_cap, "tuning: layer '%s' (M %lld): no record in %s for %s on %s / %s; built-in default",
+                     l->name, (long long)m, path, backend, host.device, host.arch);
+        }
+    }
+    tj_tune_db_destroy(db);
+    return s;
 }

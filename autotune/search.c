@@ -58,6 +58,7 @@ static void report(sweep *sw, const wl_state *ws, int64_t i, tj_tune_status st, 
     sw->pr.m = ws->wl.m;
     sw->pr.config = ws->sp->json[i];
     sw->pr.status = st;
+    sw->pr.resumed = resumed;
     sw->pr.median = med;
     sw->pr.best_config = ws->best_i >= 0 ? ws->sp->json[ws->best_i] : NULL;
     sw->pr.best_median = ws->best;
@@ -302,7 +303,7 @@ tj_status tj_tune_run(const tj_tune_opts *o, tj_tune_summary *out, tj_error *err
         } else if (tj_tune_shard_owns(w, o->shard, o->nshards)) {
             sw.pr.total += adaptive_budget(o, sp->count);
         }
-        out->space = sp->count;
+        if (sp->count > out->space) out->space = sp->count;
     }
     item = 0;
     for (int64_t w = 0; w < nws && !sw.stop; w++) {

@@ -10,25 +10,41 @@
 
 #include "autotune.h"
 #include "tj_config.h"
+#if TJ_HAVE_LLVM
+#include "../gen/emit_llvm.h"
+#endif
 
-/* ---- CPU (gen/emit_llvm.h: mr, nr, offsets, unroll, mb; vec resolved to the host's) ------- */
+/* ---- CPU (gen/emit_llvm.h: mr, nr, offsets, unroll, mb, kc; vec resolved to the host's) --- */
 
-static const int cpu_mr[] = {2, 4, 6, 8, 12, 14, 16};
+static const int cpu_mr[] = {2, 4, 6, 8, 12, 14}; /* 16 was never competitive (bench/RESULTS.md) */
 static const int cpu_nr[] = {16, 32, 48, 64};
 static const char *const cpu_offsets[] = {"table", "unrolled"};
 static const int cpu_unroll[] = {1, 4, 8};
 static const int cpu_mb[] = {0, 32, 128}; /* tokens per work item; 0: the backend's ~96 */
-enum { CPU_MR, CPU_NR, CPU_OFFSETS, CPU_UNROLL, CPU_MB, CPU_NAXES };
+static const int cpu_kc[] = {0, 384};     /* kept rows per k-block; 0: the backend's L1-sized */
+enum { CPU_MR, CPU_NR, CPU_OFFSETS, CPU_UNROLL, CPU_MB, CPU_KC, CPU_NAXES };
 static const tj_tune_axis cpu_axes[CPU_NAXES] = {
-    {"mr", 7, cpu_mr, NULL},
+    {"mr", 6, cpu_mr, NULL},
     {"nr", 4, cpu_nr, NULL},
     {"offsets", 2, NULL, cpu_offsets},
     {"unroll", 3, cpu_unroll, NULL},
     {"mb", 3, cpu_mb, NULL},
+    {"kc", 2, cpu_kc, NULL},
 };
-/* The backend's built-in default (tj_cpu_config_default) must be a point of the space, so a
- * tuned config is never worse than the default by construction of the search. */
-static const int cpu_default[CPU_NAXES] = {12, 32, 0 /* table */, 4, 0};
+
+/* The backend's built-in default must be a point of the space (the adaptive search measures it
+ * first, so a tuned config is never slower than the default as measured). With LLVM it comes
+ * from tj_cpu_config_default(); the values below mirror it for builds without. */
+static void cpu_default(int v[CPU_NAXES])
+{
+#if TJ_HAVE_LLVM
+    tj_cpu_config d = tj_cpu_config_default();
+    int dv[CPU_NAXES] = {d.mr, d.nr, d.offsets == TJ_CPU_OFFSETS_UNROLLED, d.unroll, d.mb, d.kc};
+#else
+    int dv[CPU_NAXES] = {6, 64, 0 /* table */, 4, 0, 0};
+#endif
+    memcpy(v, dv, sizeof dv);
+}
 
 /* ---- CUDA (gen/emit_cuda.h: template, bm, bn, bk, warps, stages, offsets) ----------------- */
 
@@ -87,6 +103,7 @@ const char *tj_tune_space_why_invalid(const char *backend, const tj_tune_host *h
             return snprintf(why, sizeof why, "mr %d x nr %d needs %d vector registers of %d", mr, nr, mr * nv + nv + 1,
                             regs), why;
         if (strcmp(sval(axes, p, CPU_OFFSETS), "unrolled") == 0) {
+            if (ival(axes, p, CPU_KC) != 0) return "kc (k-blocking) applies to table offsets only";
             if (ival(axes, p, CPU_UNROLL) == 1) return "unrolled offsets: 1 row per chunk makes one basic block per kept row";
             int64_t instr = h->kept_rows * (nv + mr + mr * nv);
             if (instr > TJ_TUNE_UNROLLED_MAX_INSTR)
@@ -172,7 +189,8 @@ tj_status tj_tune_space_build(const char *backend, const tj_tune_host *h, tj_tun
     out->axes = axes;
     out->naxes = naxes;
     TJ_TRY(space_alloc(out, total, naxes, err));
-    int p[16] = {0};
+    int p[16] = {0}, def[CPU_NAXES];
+    cpu_default(def);
     for (int64_t i = 0; i < total; i++) {
         /* mixed-radix counter, last axis fastest: the canonical order */
         int64_t r = i;
@@ -189,7 +207,7 @@ tj_status tj_tune_space_build(const char *backend, const tj_tune_host *h, tj_tun
         if (!(out->json[k] = point_json(axes, naxes, p))) return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory");
         int is_default = axes == cpu_axes;
         for (int a = 0; is_default && a < naxes; a++)
-            is_default = a == CPU_OFFSETS ? p[a] == cpu_default[a] : axes[a].ivals[p[a]] == cpu_default[a];
+            is_default = a == CPU_OFFSETS ? p[a] == def[a] : axes[a].ivals[p[a]] == def[a];
         if (is_default) out->default_index = k;
         out->count++;
     }

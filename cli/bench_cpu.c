@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "autotune.h"
 #include "backend_cpu.h"
 #include "bench_cpu.h"
 #include "cli.h"
@@ -25,6 +26,7 @@ void openblas_set_num_threads(int);
 static const char *help =
     "usage: tilejit bench --backend cpu --m M --n N --k K --sparsity S [--g 128] [--threads T]\n"
     "                     [--mode tw1|tw2] [--seed X] [--config JSON] [--min-time SEC] [--repeats R]\n"
+    "                     [--tuning-log LOG] [-v]\n"
     "       tilejit bench --backend cpu --m M --n N --k K --sweep S1,S2,... --csv OUT.csv\n"
     "                     [--plot OUT.png] [same options]\n\n"
     "Times one random tile-wise sparse layer Y = X · (W ⊙ mask)ᵀ (n × k, tiles of g, overall\n"
@@ -33,7 +35,8 @@ static const char *help =
     "the same fp32 X and W with the same thread count (default: all cores). The result is checked\n"
     "against the reference first (relative error ≤ 1e-5). Times: median over R repeats of the mean\n"
     "of back-to-back calls lasting ≥ SEC seconds each. --config: a CPU config JSON\n"
-    "({\"mr\":12,\"nr\":32,\"offsets\":\"table\"|\"unrolled\",\"unroll\":4,\"mb\":0}).\n"
+    "({\"mr\":12,\"nr\":32,\"offsets\":\"table\"|\"unrolled\",\"unroll\":4,\"mb\":0}); without it, the best\n"
+    "record of --tuning-log LOG (or $TILEJIT_TUNING_LOG) for this host and shape is used (-v says which).\n"
     "Ends with one line (in sweep mode, for the last sparsity):\n"
     "  speedup <dense/tilejit> tilejit_ms <ms> dense_ms <ms> kept_gflops <GFLOP/s of kept work>\n";
 
@@ -43,6 +46,8 @@ typedef struct bopts {
     uint64_t seed;
     double min_time;
     const char *config;
+    const char *tuning_log; /* --tuning-log, else $TILEJIT_TUNING_LOG: the tuned config when no --config */
+    int verbose;
 } bopts;
 
 typedef struct bresult {
@@ -129,7 +134,15 @@ static int bench_point(const char *C, const bopts *o, double s, tj_cpu_jit *jit,
     for (int64_t i = 0; i < o->n * o->k; i++) w[i] = tj_rng_uniform(&r);
     for (int64_t i = 0; i < o->m * o->k; i++) x[i] = tj_rng_uniform(&r);
     tj_cpu_config cfg;
-    if (tj_cpu_config_from_json(o->config, &cfg, &err) != TJ_OK) {
+    char *tuned = NULL, note[1024] = "";
+    if (!o->config && tj_tune_config_from_log(o->tuning_log, "cpu", &l, o->m, &tuned, note, sizeof note, &err) != TJ_OK) {
+        cli_fail(C, "%s", err.msg);
+        goto done;
+    }
+    if (o->verbose && note[0] && !o->config) fprintf(stderr, "tilejit bench: %s\n", note);
+    tj_status cs = tj_cpu_config_from_json(o->config ? o->config : tuned, &cfg, &err);
+    free(tuned);
+    if (cs != TJ_OK) {
         cli_fail(C, "--config: %s", err.msg);
         goto done;
     }
@@ -239,13 +252,15 @@ int bench_cpu(int argc, char **argv)
     const char *C = "bench";
     const char *backend = NULL, *m_s = NULL, *n_s = NULL, *k_s = NULL, *s_s = NULL, *g_s = "128", *t_s = NULL,
                *mode_s = "tw1", *seed_s = "1", *config = NULL, *mt_s = "0.2", *rep_s = "5", *sweep = NULL, *csv = NULL,
-               *plot = NULL;
+               *plot = NULL, *tlog = NULL;
+    int verbose = 0;
     cli_opt opts[] = {
         {"backend", 1, &backend, NULL}, {"m", 1, &m_s, NULL},       {"n", 1, &n_s, NULL},
         {"k", 1, &k_s, NULL},           {"sparsity", 1, &s_s, NULL}, {"g", 1, &g_s, NULL},
         {"threads", 1, &t_s, NULL},     {"mode", 1, &mode_s, NULL},  {"seed", 1, &seed_s, NULL},
         {"config", 1, &config, NULL},   {"min-time", 1, &mt_s, NULL}, {"repeats", 1, &rep_s, NULL},
         {"sweep", 1, &sweep, NULL},     {"csv", 1, &csv, NULL},      {"plot", 1, &plot, NULL},
+        {"tuning-log", 1, &tlog, NULL}, {"v", 0, NULL, &verbose},    {"verbose", 0, NULL, &verbose},
         {NULL, 0, NULL, NULL},
     };
     const char *pos[1];
@@ -260,6 +275,8 @@ int bench_cpu(int argc, char **argv)
         return cli_fail(C, "--m, --n, --k and --sparsity (or --sweep) are required (see --help)");
     bopts o;
     memset(&o, 0, sizeof o);
+    o.tuning_log = tlog;
+    o.verbose = verbose;
     int64_t v;
     double d;
     if (cli_parse_int(C, "m", m_s, 1, 1 << 20, &o.m) || cli_parse_int(C, "n", n_s, 1, TJ_MAX_DIM, &o.n) ||

@@ -73,7 +73,7 @@ static void on_progress(void *user, const tj_tune_progress *p)
     if (p->status == TJ_TUNE_OK) snprintf(med, sizeof med, "%.4f ms", 1e3 * p->median);
     else snprintf(med, sizeof med, "%s", tj_tune_status_name(p->status));
     printf("tune: %" PRId64 "/%" PRId64 " %s M=%" PRId64 " %s: %s%s (best %s) ETA %s\n", p->done, p->total, p->layer,
-           p->m, p->config, med, p->skipped && p->done == p->skipped ? " [log]" : "", best, eta);
+           p->m, p->config, med, p->resumed ? " [from the log]" : "", best, eta);
     fflush(stdout);
 }
 
@@ -280,7 +280,7 @@ int cmd_tune(int argc, char **argv)
     if (pg.tty && pg.last_len) fputc('\n', stdout);
     free(cfgtext);
     if (s != TJ_OK) return cli_fail("tune", "%s", err.msg);
-    printf("tune: %lld workload(s), %lld configs each; measured %lld (%lld failed), %lld already in %s; %.1f s%s\n",
+    printf("tune: %lld workload(s), up to %lld configs each; measured %lld (%lld failed), %lld already in %s; %.1f s%s\n",
            (long long)sum.workloads, (long long)sum.space, (long long)sum.measured, (long long)sum.failed,
            (long long)sum.resumed, logp, sum.seconds,
            sum.budget_hit ? "; budget reached: rerun the same command to continue" : "");
