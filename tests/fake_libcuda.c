@@ -31,7 +31,8 @@ int tj_fake_cuda_live_allocations(void) { return __atomic_load_n(&allocs, __ATOM
 CUresult CUDAAPI cuGetErrorName(CUresult e, const char **s)
 {
     *s = e == CUDA_ERROR_NO_DEVICE ? "CUDA_ERROR_NO_DEVICE" : e == CUDA_ERROR_OUT_OF_MEMORY ? "CUDA_ERROR_OUT_OF_MEMORY"
-       : e == CUDA_ERROR_INVALID_VALUE ? "CUDA_ERROR_INVALID_VALUE" : "CUDA_ERROR_UNKNOWN";
+       : e == CUDA_ERROR_INVALID_VALUE ? "CUDA_ERROR_INVALID_VALUE" : e == CUDA_ERROR_INVALID_CONTEXT ? "CUDA_ERROR_INVALID_CONTEXT"
+       : e == CUDA_ERROR_NOT_SUPPORTED ? "CUDA_ERROR_NOT_SUPPORTED" : "CUDA_ERROR_UNKNOWN";
     return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuGetErrorString(CUresult e, const char **s)

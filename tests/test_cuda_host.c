@@ -97,6 +97,11 @@ static void test_no_driver(void)
 
 static void test_driver_errors(void)
 {
+    /* A library that is not a CUDA driver: the first missing entry point is named. */
+    setenv("TILEJIT_LIBCUDA", "libm.so.6", 1);
+    tj_context *c0 = NULL;
+    CHECK(make_context(TJ_BACKEND_CUDA, 0, 0, &c0) == TJ_ERR_UNSUPPORTED && !c0);
+    CHECKF(strstr(tj_last_error(), "CUDA driver libm.so.6 lacks entry point cuGetErrorName"), "%s", tj_last_error());
     setenv("TILEJIT_LIBCUDA", fake_path, 1);
     static const struct { const char *mode, *msg; } cases[] = {
         {"noinit", "cuInit failed: CUDA_ERROR_NO_DEVICE (no CUDA-capable device is detected)"},
