@@ -311,6 +311,35 @@ tj_status tj_cuda_geometry(const tj_layer *l, const tj_cuda_config *c, int64_t m
     return TJ_OK;
 }
 
+tj_status tj_cuda_args_check(const tj_layer *l, const tj_cuda_config *c, const tj_cuda_args *a, tj_error *err)
+{
+    const char *who = l->name ? l->name : "layer";
+    if (a->m < 0) return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "%s: M = %d is negative", who, a->m);
+    if (a->m == 0) return TJ_OK;
+    if (!a->x || !a->y || (l->ntiles && l->tile_ptr[l->ntiles] && !a->w))
+        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "%s: x, y and the packed weights must be device pointers", who);
+    int64_t need_x = c->x_fm ? a->m : l->k, need_y = c->y_fm ? a->m : l->n;
+    if (a->ldx < need_x || a->ldy < need_y)
+        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "%s: ldx %lld / ldy %lld below %lld / %lld", who, (long long)a->ldx,
+                       (long long)a->ldy, (long long)need_x, (long long)need_y);
+    if (c->tmpl == TJ_CUDA_TEMPLATE_MMA && c->x_fm && (((uintptr_t)a->x & 15) || a->ldx % 8))
+        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT,
+                       "%s: the mma kernel gathers x in 16-byte pieces: x must be 16-byte aligned and ldx (%lld) a multiple of 8",
+                       who, (long long)a->ldx);
+    if (((uintptr_t)a->w & 15) || ((uintptr_t)a->y & 15))
+        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "%s: w and y must be 16-byte aligned", who);
+    if ((l->cols != NULL) != (a->cols != NULL))
+        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "%s: cols must be given exactly when the layer prunes columns", who);
+    if (a->n_fill != l->n - l->ncols || (a->n_fill && !a->fill_rows))
+        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "%s: n_fill %d, expected %lld with fill_rows", who, a->n_fill,
+                       (long long)(l->n - l->ncols));
+    int64_t ew_rows = count_ew_rows(l);
+    if (a->n_ew_rows != ew_rows || (ew_rows && (!a->ew_ptr || !a->ew_idx || !a->ew_val || !a->ew_rows)))
+        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "%s: n_ew_rows %d, expected %lld with the ew arrays", who,
+                       a->n_ew_rows, (long long)ew_rows);
+    return TJ_OK;
+}
+
 /* ---- host packing ---- */
 
 void tj_cuda_host_data_free(tj_cuda_host_data *d)

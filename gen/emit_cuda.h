@@ -137,6 +137,10 @@ typedef struct tj_cuda_args {
 _Static_assert(sizeof(void *) == 8, "the kernel ABI assumes 64-bit pointers");
 _Static_assert(sizeof(tj_cuda_args) == 112, "tj_cuda_args must match struct tj_args in prelude.cu");
 
+/* Checks a filled tj_cuda_args against the contract above before a launch (pointers present,
+ * leading dimensions, alignment, counts), so a mistake is a message instead of a fault. */
+tj_status tj_cuda_args_check(const tj_layer *l, const tj_cuda_config *c, const tj_cuda_args *a, tj_error *err);
+
 /* Host copies of the device data above (all malloc'ed; tj_cuda_host_data_free). */
 typedef struct tj_cuda_host_data {
     uint16_t *w;             /* packed weights, w_elems halves of cfg.dtype */

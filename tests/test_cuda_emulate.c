@@ -399,6 +399,29 @@ static void check_case(const tj_random_spec *spec, const char *cfg_json, int m)
     tj_cuda_host_data h;
     CHECK_OK(tj_cuda_pack(&l, &c, w16, c.dtype, bias, TJ_F32, &h, &err), &err);
 
+    /* The argument block a launch would use passes tj_cuda_args_check; broken ones do not. */
+    {
+        void *ydev = malloc(16);
+        tj_cuda_args a = {x, ydev, h.w, h.bias, h.cols, h.fill_rows, h.ew_ptr, h.ew_idx, h.ew_val, h.ew_rows,
+                          ldx, ldy, m, (int32_t)h.n_fill, (int32_t)h.n_ew_rows, 0};
+        CHECK_OK(tj_cuda_args_check(&l, &c, &a, &err), &err);
+        tj_cuda_args bad = a;
+        bad.ldx = c.x_fm ? m - 1 : l.k - 1;
+        CHECK(tj_cuda_args_check(&l, &c, &bad, &err) == TJ_ERR_INVALID_ARGUMENT);
+        bad = a;
+        bad.y = (char *)ydev + 2;
+        CHECK(tj_cuda_args_check(&l, &c, &bad, &err) == TJ_ERR_INVALID_ARGUMENT);
+        bad = a;
+        bad.n_fill = a.n_fill + 1;
+        CHECK(tj_cuda_args_check(&l, &c, &bad, &err) == TJ_ERR_INVALID_ARGUMENT);
+        if (c.tmpl == TJ_CUDA_TEMPLATE_MMA && c.x_fm) {
+            bad = a;
+            bad.ldx = ldx + 4;
+            CHECK(tj_cuda_args_check(&l, &c, &bad, &err) == TJ_ERR_INVALID_ARGUMENT && strstr(err.msg, "multiple of 8"));
+        }
+        free(ydev);
+    }
+
     int64_t ysize = c.y_fm ? l.n * ldy : m * ldy;
     float *y = malloc((size_t)ysize * 4), *ref = malloc((size_t)m * l.n * 4);
     int *writes = calloc((size_t)ysize, sizeof *writes);
