@@ -37,23 +37,27 @@
 
 tj_cpu_config tj_cpu_config_default(void)
 {
-    tj_cpu_config c = {.mr = 12, .nr = 32, .offsets = TJ_CPU_OFFSETS_TABLE, .unroll = 4, .mb = 0, .vec = 0};
+    /* 6 × 64 beat 12 × 32 and 8 × 48 on BERT-base shapes (bench/RESULTS.md): fewer broadcasts
+     * of gathered X per FMA */
+    tj_cpu_config c = {.mr = 6, .nr = 64, .offsets = TJ_CPU_OFFSETS_TABLE, .unroll = 4, .mb = 0, .vec = 0, .kc = 0};
     return c;
 }
 
 static const tj_cpu_config config_space[] = {
-    {12, 32, TJ_CPU_OFFSETS_TABLE, 4, 0, 0},
-    {12, 32, TJ_CPU_OFFSETS_TABLE, 1, 0, 0},
-    {14, 32, TJ_CPU_OFFSETS_TABLE, 4, 0, 0},
-    {8, 48, TJ_CPU_OFFSETS_TABLE, 4, 0, 0},
-    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 0, 0},
-    {4, 64, TJ_CPU_OFFSETS_TABLE, 2, 0, 0},
-    {12, 32, TJ_CPU_OFFSETS_TABLE, 4, 48, 0},
-    {12, 32, TJ_CPU_OFFSETS_UNROLLED, 8, 0, 0},
-    {6, 64, TJ_CPU_OFFSETS_UNROLLED, 8, 0, 0},
+    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0},
+    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 48, 0, 0},
+    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 192},
+    {12, 32, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0},
+    {12, 32, TJ_CPU_OFFSETS_TABLE, 1, 0, 0, 0},
+    {14, 32, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0},
+    {8, 48, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0},
+    {4, 64, TJ_CPU_OFFSETS_TABLE, 2, 0, 0, 0},
+    {12, 32, TJ_CPU_OFFSETS_TABLE, 4, 48, 0, 0},
+    {12, 32, TJ_CPU_OFFSETS_UNROLLED, 8, 0, 0, 0},
+    {6, 64, TJ_CPU_OFFSETS_UNROLLED, 8, 0, 0, 0},
     /* AVX2-sized blocks (12 accumulators of 16 registers) */
-    {6, 16, TJ_CPU_OFFSETS_TABLE, 4, 0, 8},
-    {4, 24, TJ_CPU_OFFSETS_TABLE, 4, 0, 8},
+    {6, 16, TJ_CPU_OFFSETS_TABLE, 4, 0, 8, 0},
+    {4, 24, TJ_CPU_OFFSETS_TABLE, 4, 0, 8, 0},
 };
 
 const tj_cpu_config *tj_cpu_config_space(int *count)
@@ -74,6 +78,20 @@ int tj_cpu_host_vec(void)
     return v;
 }
 
+int64_t tj_cpu_config_mb(const tj_cpu_config *c)
+{
+    int mr = c->mr < 1 ? 1 : c->mr;
+    return c->mb > 0 ? (c->mb + mr - 1) / mr * mr : mr * ((96 + mr / 2) / mr);
+}
+
+int64_t tj_cpu_config_kc(const tj_cpu_config *c)
+{
+    if (c->offsets == TJ_CPU_OFFSETS_UNROLLED) return INT32_MAX; /* one function covers the tile */
+    /* 0: no k-blocking. Chunks that keep the weight slice in L1 measured slower on BERT-base
+     * shapes (the gathered X, not the weights, is what streams from L2), so the tuner decides. */
+    return c->kc > 0 ? c->kc : INT32_MAX;
+}
+
 static int vec_regs(int vec) { return vec >= 16 ? 32 : 16; }
 
 tj_status tj_cpu_config_check(const tj_cpu_config *c, tj_error *err)
@@ -92,6 +110,8 @@ tj_status tj_cpu_config_check(const tj_cpu_config *c, tj_error *err)
                        c->mr * nv + nv + 1, vec_regs(c->vec));
     if (c->unroll < 1 || c->unroll > 64)
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: unroll %d is outside [1, 64]", c->unroll);
+    if (c->kc < 0 || c->kc > 1 << 24)
+        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: kc %d is outside [0, 2^24]", c->kc);
     if (c->mb < 0 || c->mb > 1 << 20)
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: mb %d is outside [0, 2^20]", c->mb);
     return TJ_OK;
@@ -122,8 +142,8 @@ tj_status tj_cpu_config_from_json(const char *json, tj_cpu_config *out, tj_error
     json_t *v;
     json_object_foreach(o, key, v) {
         if (strcmp(key, "mr") && strcmp(key, "nr") && strcmp(key, "offsets") && strcmp(key, "unroll") &&
-            strcmp(key, "mb") && strcmp(key, "vec") && strcmp(key, "backend")) {
-            s = tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: unknown key '%s' (mr, nr, offsets, unroll, mb, vec)", key);
+            strcmp(key, "mb") && strcmp(key, "kc") && strcmp(key, "vec") && strcmp(key, "backend")) {
+            s = tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: unknown key '%s' (mr, nr, offsets, unroll, mb, kc, vec)", key);
             goto done;
         }
     }
@@ -132,6 +152,7 @@ tj_status tj_cpu_config_from_json(const char *json, tj_cpu_config *out, tj_error
     if ((s = json_int(o, "unroll", 1, 64, &out->unroll, err))) goto done;
     if ((s = json_int(o, "mb", 0, 1 << 20, &out->mb, err))) goto done;
     if ((s = json_int(o, "vec", 0, 16, &out->vec, err))) goto done;
+    if ((s = json_int(o, "kc", 0, 1 << 24, &out->kc, err))) goto done;
     v = json_object_get(o, "offsets");
     if (v) {
         const char *m = json_string_value(v);
@@ -149,9 +170,9 @@ done:
 
 char *tj_cpu_config_to_json(const tj_cpu_config *c)
 {
-    char buf[160];
-    snprintf(buf, sizeof buf, "{\"mr\": %d, \"nr\": %d, \"offsets\": \"%s\", \"unroll\": %d, \"mb\": %d, \"vec\": %d}",
-             c->mr, c->nr, c->offsets == TJ_CPU_OFFSETS_UNROLLED ? "unrolled" : "table", c->unroll, c->mb, c->vec);
+    char buf[200];
+    snprintf(buf, sizeof buf, "{\"mr\": %d, \"nr\": %d, \"offsets\": \"%s\", \"unroll\": %d, \"mb\": %d, \"kc\": %d, \"vec\": %d}",
+             c->mr, c->nr, c->offsets == TJ_CPU_OFFSETS_UNROLLED ? "unrolled" : "table", c->unroll, c->mb, c->kc, c->vec);
     return strdup(buf);
 }
 
@@ -308,7 +329,11 @@ static LLVMValueRef emit_act(em *e, LLVMTypeRef ty, LLVMValueRef v)
 
 /* ---------------------------------------------------------------- micro-kernels */
 
-enum { MK_X, MK_Y, MK_W, MK_OFFS, MK_NROWS, MK_LD, MK_BK, MK_COLS, MK_VALID, MK_NARGS };
+/* Micro-kernel arguments. SCR/FLAGS: k-blocking — a call covers one chunk of the tile's kept rows;
+ * bit 0 of FLAGS (first chunk) starts from zero instead of the partial sums in SCR, bit 1 (last
+ * chunk) runs the epilogue instead of storing the partial sums back to SCR. */
+enum { MK_X, MK_Y, MK_W, MK_OFFS, MK_NROWS, MK_LD, MK_BK, MK_COLS, MK_VALID, MK_SCR, MK_FLAGS, MK_NARGS };
+enum { MK_FIRST = 1, MK_LAST = 2 };
 
 /* One kept row: acc[i][j] += x[i·K + off] · w[j]. off: i64 value (table) or constant. */
 static void emit_row(em *e, int mr, int nv, LLVMValueRef x, LLVMValueRef wrow, LLVMValueRef off, LLVMValueRef *acc)
@@ -394,6 +419,14 @@ static LLVMValueRef emit_mk_table(em *e, int mr, int nv)
     zero_acc(e, nt, zero);
 
     LLVMPositionBuilderAtEnd(e->b, entry);
+    {
+        LLVMValueRef flags = LLVMGetParam(fn, MK_FLAGS), scr = LLVMGetParam(fn, MK_SCR);
+        LLVMValueRef first = LLVMBuildICmp(e->b, LLVMIntNE, LLVMBuildAnd(e->b, flags, ci64(e, MK_FIRST), ""), ci64(e, 0), "first");
+        for (int a = 0; a < na; a++) {
+            LLVMValueRef part = load(e, e->vf, gep(e, e->f32, scr, ci64(e, a * e->V)), 4);
+            zero[a] = LLVMBuildSelect(e->b, first, zero[a], part, "");
+        }
+    }
     LLVMValueRef nmain = U > 1 ? LLVMBuildSub(e->b, nrows, LLVMBuildSRem(e->b, nrows, ci64(e, U), ""), "nmain") : ci64(e, 0);
     LLVMBuildCondBr(e->b, LLVMBuildICmp(e->b, LLVMIntSGT, nmain, ci64(e, 0), ""), main, remh);
 
@@ -467,6 +500,14 @@ static LLVMValueRef emit_mk_table(em *e, int mr, int nv)
     }
     for (int a = 0; a < na; a++)
         for (int st = 1; st < sets; st++) fin[a] = LLVMBuildFAdd(e->b, fin[a], hacc[st * na + a], "");
+    LLVMBasicBlockRef out = LLVMAppendBasicBlockInContext(e->c, fn, "out");
+    LLVMBasicBlockRef keep = LLVMAppendBasicBlockInContext(e->c, fn, "partial");
+    LLVMValueRef last = LLVMBuildAnd(e->b, LLVMGetParam(fn, MK_FLAGS), ci64(e, MK_LAST), "");
+    LLVMBuildCondBr(e->b, LLVMBuildICmp(e->b, LLVMIntNE, last, ci64(e, 0), "last"), out, keep);
+    LLVMPositionBuilderAtEnd(e->b, keep);
+    for (int a = 0; a < na; a++) store(e, fin[a], gep(e, e->f32, LLVMGetParam(fn, MK_SCR), ci64(e, a * e->V)), 4);
+    LLVMBuildRetVoid(e->b);
+    LLVMPositionBuilderAtEnd(e->b, out);
     emit_epilogue(e, mr, nv, fn, fin);
     return fn;
 }
@@ -644,6 +685,10 @@ static tj_status emit_item(em *e, tj_cpu_emit_info *info, tj_error *err)
     LLVMValueRef x = LLVMGetParam(fn, 0), y = LLVMGetParam(fn, 1), wp = LLVMGetParam(fn, 2), bk = LLVMGetParam(fn, 3);
     LLVMValueRef slot = LLVMGetParam(fn, 4), m0 = LLVMGetParam(fn, 5), m1 = LLVMGetParam(fn, 6);
     LLVMPositionBuilderAtEnd(e->b, LLVMAppendBasicBlockInContext(e->c, fn, "entry"));
+    /* partial sums of one token chunk × column block between k chunks */
+    int64_t mbmax = tj_cpu_config_mb(e->cfg);
+    LLVMValueRef scr = LLVMBuildArrayAlloca(e->b, e->f32, ci64(e, mbmax * nv * V), "scratch");
+    LLVMSetAlignment(scr, 64);
     LLVMValueRef tv[6];
     for (int i = 0; i < 6; i++) tv[i] = load(e, e->i64, gep(e, e->i64, e->g_tab[i], slot), 8);
     LLVMValueRef offs = gep(e, e->i32, e->g_offs, tv[T_ROWBEG]);
@@ -657,6 +702,18 @@ static tj_status emit_item(em *e, tj_cpu_emit_info *info, tj_error *err)
     LLVMValueRef bkb = gep(e, e->f32, bk, colstart);
     LLVMValueRef colsb = e->g_cols ? gep(e, e->i32, e->g_cols, colstart) : LLVMConstNull(e->ptr);
     LLVMValueRef unr_fn = unr_tab ? load(e, e->ptr, gep(e, e->ptr, unr_tab, slot), 8) : NULL;
+    /* k-blocking: chunks of kc kept rows keep the weight slice in L1 across the token blocks;
+     * at least one chunk, so empty tiles still run the epilogue */
+    int64_t kc = tj_cpu_config_kc(e->cfg);
+    loop kl;
+    LLVMValueRef kend = LLVMBuildSelect(e->b, LLVMBuildICmp(e->b, LLVMIntSGT, tv[T_NROWS], ci64(e, 0), ""), tv[T_NROWS], ci64(e, 1), "");
+    loop_begin(e, fn, &kl, ci64(e, 0), kend, ci64(e, kc));
+    LLVMValueRef kn = smin(e, ci64(e, kc), LLVMBuildSub(e->b, tv[T_NROWS], kl.iv, ""));
+    LLVMValueRef kflags = LLVMBuildOr(
+        e->b, LLVMBuildZExt(e->b, LLVMBuildICmp(e->b, LLVMIntEQ, kl.iv, ci64(e, 0), ""), e->i64, ""),
+        LLVMBuildShl(e->b, LLVMBuildZExt(e->b, LLVMBuildICmp(e->b, LLVMIntSGE, LLVMBuildAdd(e->b, kl.iv, ci64(e, kc), ""), tv[T_NROWS], ""), e->i64, ""), ci64(e, 1), ""), "");
+    LLVMValueRef kw = gep(e, e->f32, wblk, LLVMBuildMul(e->b, kl.iv, tv[T_LD], ""));
+    LLVMValueRef koffs = gep(e, e->i32, offs, kl.iv);
     loop mb;
     loop_begin(e, fn, &mb, m0, m1, ci64(e, mr));
     LLVMValueRef mrb = smin(e, ci64(e, mr), LLVMBuildSub(e->b, m1, mb.iv, ""));
@@ -675,15 +732,18 @@ static tj_status emit_item(em *e, tj_cpu_emit_info *info, tj_error *err)
     LLVMValueRef yoff = LLVMBuildMul(e->b, mb.iv, ci64(e, l->n), "");
     if (!l->cols) yoff = LLVMBuildAdd(e->b, yoff, colstart, "");
     args[MK_Y] = gep(e, e->f32, y, yoff);
-    args[MK_W] = wblk;
-    args[MK_OFFS] = offs;
-    args[MK_NROWS] = tv[T_NROWS];
+    args[MK_W] = kw;
+    args[MK_OFFS] = koffs;
+    args[MK_NROWS] = kn;
+    args[MK_SCR] = gep(e, e->f32, scr, LLVMBuildMul(e->b, LLVMBuildSub(e->b, mb.iv, m0, ""), ci64(e, nv * V), ""));
+    args[MK_FLAGS] = kflags;
     args[MK_LD] = tv[T_LD];
     args[MK_BK] = bkb;
     args[MK_COLS] = colsb;
     args[MK_VALID] = valid;
     LLVMBuildCall2(e->b, e->mk_ty, f, args, MK_NARGS, "");
     loop_end(e, &mb);
+    loop_end(e, &kl);
     loop_end(e, &cb);
     LLVMBuildRetVoid(e->b);
     return TJ_OK;
@@ -824,7 +884,7 @@ tj_status tj_cpu_emit_module(LLVMContextRef llctx, const tj_layer *l, const tj_p
     e.vf = LLVMVectorType(e.f32, (unsigned)e.V);
     e.vi32 = LLVMVectorType(e.i32, (unsigned)e.V);
     e.vptr = LLVMVectorType(e.ptr, (unsigned)e.V);
-    LLVMTypeRef mkp[MK_NARGS] = {e.ptr, e.ptr, e.ptr, e.ptr, e.i64, e.i64, e.ptr, e.ptr, e.i64};
+    LLVMTypeRef mkp[MK_NARGS] = {e.ptr, e.ptr, e.ptr, e.ptr, e.i64, e.i64, e.ptr, e.ptr, e.i64, e.ptr, e.i64};
     e.mk_ty = LLVMFunctionType(e.voidt, mkp, MK_NARGS, 0);
     e.fma = intrinsic(&e, "llvm.fmuladd", &e.vf, 1, &e.fma_ty);
     e.fma_s = intrinsic(&e, "llvm.fmuladd", &e.f32, 1, &e.fma_s_ty);

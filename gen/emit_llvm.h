@@ -16,11 +16,12 @@ typedef enum tj_cpu_offsets {
 } tj_cpu_offsets;
 
 /* One point of the CPU search space. JSON form (every key optional, defaults below):
- *   {"mr": 12, "nr": 32, "offsets": "table", "unroll": 4, "mb": 96, "vec": 0}
+ *   {"mr": 6, "nr": 64, "offsets": "table", "unroll": 4, "mb": 0, "kc": 0, "vec": 0}
  * mr: tokens per register block (1..16); nr: features per register block, a multiple of the
  * vector width (mr · nr/vec accumulators must fit the register file, ≤ 28 vectors with AVX-512);
  * unroll: table-loop unroll factor (1..16), or rows per chunk in unrolled mode;
  * mb: tokens per work item (0: auto, rounded to a multiple of mr) — the work split;
+ * kc: kept rows per k-block (0: auto, a weight slice of ~24 KiB stays in L1; table mode only);
  * vec: vector width in floats (0: the host's widest, 16 AVX-512, 8 AVX2, 1 scalar). */
 typedef struct tj_cpu_config {
     int mr;
@@ -29,6 +30,7 @@ typedef struct tj_cpu_config {
     int unroll;
     int mb;
     int vec;
+    int kc;
 } tj_cpu_config;
 
 /* The built-in default for a layer (before any tuning record). */
@@ -39,6 +41,9 @@ tj_status tj_cpu_config_from_json(const char *json, tj_cpu_config *out, tj_error
 char *tj_cpu_config_to_json(const tj_cpu_config *c);
 /* Checks a config (vec resolved) for a given layer: register budget, nr multiple of vec. */
 tj_status tj_cpu_config_check(const tj_cpu_config *c, tj_error *err);
+/* Tokens per work item and kept rows per k-block after resolving 0 (auto). */
+int64_t tj_cpu_config_mb(const tj_cpu_config *c);
+int64_t tj_cpu_config_kc(const tj_cpu_config *c);
 /* The host's widest useful vector width in floats (16, 8 or 1), from LLVM's host features. */
 int tj_cpu_host_vec(void);
 /* Every config the tuner may pick on this host (static table); *count set. Borrowed. */

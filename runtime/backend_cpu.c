@@ -206,8 +206,7 @@ tj_status tj_cpu_layer_build(tj_cpu_jit *jit, const tj_layer *l, const tj_layer_
     cl->l = l;
     cl->cfg = cfg ? *cfg : tj_cpu_config_default();
     if (cl->cfg.vec == 0) cl->cfg.vec = tj_cpu_host_vec();
-    int mr = cl->cfg.mr;
-    cl->mb = cl->cfg.mb > 0 ? (cl->cfg.mb + mr - 1) / mr * mr : mr * ((96 + mr / 2) / mr);
+    cl->mb = tj_cpu_config_mb(&cl->cfg);
     tj_status s = tj_cpu_config_check(&cl->cfg, err);
     if (s == TJ_OK) s = tj_plan_build(l, cl->cfg.vec, &cl->plan, err);
     if (s != TJ_OK) goto fail;

@@ -169,20 +169,25 @@ static void test_cases(tj_cpu_jit *jit, tj_pool *pool)
     };
     static const int64_t ms[] = {1, 2, 7, 12, 16, 37, 128, 1000};
     int id = 0;
-    tj_cpu_config table = tj_cpu_config_default(), unr = table;
+    tj_cpu_config table = tj_cpu_config_default(), unr = table, kblk = table;
     unr.offsets = TJ_CPU_OFFSETS_UNROLLED;
+    kblk.kc = 7; /* k-blocking with odd chunks, small work items, another register block */
+    kblk.mb = 12;
+    kblk.mr = 12;
+    kblk.nr = 32;
+    const tj_cpu_config *modes[3] = {&table, &unr, &kblk};
+    static const char *mode_names[3] = {"table", "unrolled", "table kc=7"};
     for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
         layer_data d;
         if (!make_layer(&cases[ci], 7 + ci, &d)) { CHECK(0); continue; }
-        for (int mode = 0; mode < 2; mode++) {
-            const tj_cpu_config *c = mode ? &unr : &table;
+        for (int mode = 0; mode < 3; mode++) {
+            const tj_cpu_config *c = modes[mode];
             char pre[32];
             snprintf(pre, sizeof pre, "k%d", id++);
             tj_cpu_layer *cl = build(jit, &d, c, pre);
             for (size_t mi = 0; cl && mi < sizeof ms / sizeof *ms; mi++) {
                 double e = run_one(cl, pool, &d, ms[mi], 0, 77 + mi, NULL);
-                CHECKF(e <= TOL, "case %s M=%lld %s: relerr %g", cases[ci].what, (long long)ms[mi],
-                       c->offsets ? "unrolled" : "table", e);
+                CHECKF(e <= TOL, "case %s M=%lld %s: relerr %g", cases[ci].what, (long long)ms[mi], mode_names[mode], e);
             }
             tj_cpu_layer_free(cl);
         }
@@ -301,6 +306,16 @@ static void test_config_and_ir(void)
     CHECK_OK(tj_cpu_emit_ir_text(&d.l, "{\"offsets\": \"unrolled\"}", &a, &err), &err);
     CHECK(a && strstr(a, "tile_0"));
     free(a);
+    /* unrolled offsets on a large layer: a clean error naming the limit, not minutes of LLVM */
+    wcase big = {"big", 3072, 768, 128, 0.75, 1, 0, 0, TJ_ACT_NONE, TJ_F32, 0};
+    layer_data bd;
+    if (make_layer(&big, 4, &bd)) {
+        a = NULL;
+        CHECK(tj_cpu_emit_ir_text(&bd.l, "{\"offsets\": \"unrolled\"}", &a, &err) == TJ_ERR_UNSUPPORTED);
+        CHECK(strstr(err.msg, "table") != NULL);
+        free(a);
+        free_layer(&bd);
+    }
     free_layer(&d);
 }
 
