@@ -259,8 +259,17 @@ static tj_status compile_now(const char *source, const char *label, int sm, char
     out->log[loglen] = '\0';
     dump_unit(label, sm, source, opts, nopts, out->log);
     if (cr != NVRTC_SUCCESS) {
-        st = tj_fail(err, TJ_ERR_COMPILE, "%s:%d: nvrtcCompileProgram(%s, sm_%d): %s\n%s", __FILE__, __LINE__,
-                     label ? label : "unit", sm, nvrtcGetErrorString(cr), out->log);
+        /* The whole log when it fits the error message; otherwise its head and where to find all. */
+        size_t room = TJ_ERROR_MSG_MAX - 400, len = strlen(out->log);
+        if (len <= room)
+            st = tj_fail(err, TJ_ERR_COMPILE, "%s:%d: nvrtcCompileProgram(%s, sm_%d): %s\n%s", __FILE__, __LINE__,
+                         label ? label : "unit", sm, nvrtcGetErrorString(cr), out->log);
+        else
+            st = tj_fail(err, TJ_ERR_COMPILE,
+                         "%s:%d: nvrtcCompileProgram(%s, sm_%d): %s\n%.*s\n[log truncated at %zu of %zu bytes; "
+                         "TILEJIT_DUMP_DIR=DIR writes it whole with the source]",
+                         __FILE__, __LINE__, label ? label : "unit", sm, nvrtcGetErrorString(cr), (int)room, out->log,
+                         room, len);
         goto fail;
     }
     TJ_TRY_NVRTC(nvrtcGetCUBINSize(prog, &out->size));

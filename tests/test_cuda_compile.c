@@ -218,6 +218,14 @@ static void test_compile_error_log(void)
     CHECK(st == TJ_ERR_COMPILE);
     CHECKF(strstr(err.msg, "nvrtcCompileProgram") && strstr(err.msg, "broken") && strstr(err.msg, "error"),
            "message: %s", err.msg);
+    /* A log longer than an error message: its head, and the way to get all of it. */
+    tj_strbuf sb;
+    tj_sb_init(&sb);
+    for (int i = 0; i < 200; i++) tj_sb_printf(&sb, "extern \"C\" __global__ void k%d() { undefined_thing_%d(); }\n", i, i);
+    st = tj_nvrtc_compile(NULL, sb.data, "long", 90, &b, &err);
+    CHECK(st == TJ_ERR_COMPILE && strstr(err.msg, "undefined_thing_0") && strstr(err.msg, "log truncated") &&
+          strstr(err.msg, "TILEJIT_DUMP_DIR"));
+    tj_sb_free(&sb);
 }
 
 static void test_ptxas_parse(void)
