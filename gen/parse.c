@@ -88,6 +88,8 @@ static tj_status parse_layer(parser *p, json_t *obj, tj_layer *l)
     if (!name) return perr(p, "name", "missing (required)");
     if (!json_is_string(name)) return perr(p, "name", "expected a string, got %s", json_kind(name));
     if (json_string_length(name) == 0) return perr(p, "name", "empty name");
+    if (json_string_length(name) > TJ_MAX_NAME)
+        return perr(p, "name", "is %zu bytes long, over the limit of %d", json_string_length(name), TJ_MAX_NAME);
     if (strlen(json_string_value(name)) != json_string_length(name))
         return perr(p, "name", "contains a NUL character");
     l->name = strdup(json_string_value(name));

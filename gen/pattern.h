@@ -10,6 +10,7 @@
 /* Hard limits that keep a hostile file from asking for absurd allocations. */
 #define TJ_MAX_DIM ((int64_t)1 << 24)       /* n, k, g */
 #define TJ_MAX_LAYERS 100000
+#define TJ_MAX_NAME 1000                    /* bytes of a layer name (tensor names add ".weight") */
 
 typedef struct tj_layer {
     char *name;

@@ -14,7 +14,9 @@ static tj_status bind_weights(tj_model *m, const char *wpath, tj_error *err)
     for (int64_t i = 0; i < p->nlayers; i++) {
         const tj_layer *l = &p->layers[i];
         char name[1024];
-        snprintf(name, sizeof name, "%s.weight", l->name);
+        /* A truncated name could bind another tensor: refuse (the parser limits names anyway). */
+        if ((size_t)snprintf(name, sizeof name, "%s.weight", l->name) >= sizeof name)
+            return tj_fail(err, TJ_ERR_FORMAT, "layer '%.64s...': name too long", l->name);
         const tj_st_tensor *t = tj_st_find(m->weights, name);
         if (!t)
             return tj_fail(err, TJ_ERR_NOT_FOUND, "%s: tensor '%s' not found (needed by layer '%s')", wpath, name, l->name);
@@ -217,7 +219,7 @@ static tj_status linear_host(tj_model *m, int64_t layer, tj_linear_args *a, tj_e
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "backend %s takes host tensors (kDLCPU)", m->ops->name);
     float *xbuf = NULL, *ybuf = NULL;
     int64_t xn, yn;
-    if (!tj_mul_ok(a->m, l->k, &xn) || !tj_mul_ok(a->m, l->n, &yn))
+    if (!tj_mul_ok(a->m, l->k, &xn) || !tj_mul_ok(a->m, l->n, &yn) || xn > INT64_MAX / 4 || yn > INT64_MAX / 4)
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "M = %lld is too large", (long long)a->m);
     if (direct_f32(a->x, fm)) {
         a->x32 = (const float *)((const char *)a->x->data + a->x->byte_offset);
