@@ -5,9 +5,12 @@
  *
  * Timing: one warm-up call, then repeats of back-to-back calls lasting ≥ --min-time seconds
  * (0.2) each; the time per call of a repeat is its mean, the reported time the median of the
- * repeats (--repeats, 5). Data stays the same between calls (warm caches for both sides). */
+ * repeats (--repeats, 5). Data stays the same between calls (warm caches for both sides).
+ * --clock thread counts the calling thread's CPU time instead of wall time (--threads 1 only):
+ * on a machine shared with other jobs it leaves out the time the thread was descheduled. */
 #include <math.h>
 #include <stdio.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,7 +29,7 @@ void openblas_set_num_threads(int);
 static const char *help =
     "usage: tilejit bench --backend cpu --m M --n N --k K --sparsity S [--g 128] [--threads T]\n"
     "                     [--mode tw1|tw2] [--seed X] [--config JSON] [--min-time SEC] [--repeats R]\n"
-    "                     [--tuning-log LOG] [-v]\n"
+    "                     [--tuning-log LOG] [--clock wall|thread] [-v]\n"
     "       tilejit bench --backend cpu --m M --n N --k K --sweep S1,S2,... --csv OUT.csv\n"
     "                     [--plot OUT.png] [same options]\n\n"
     "Times one random tile-wise sparse layer Y = X · (W ⊙ mask)ᵀ (n × k, tiles of g, overall\n"
@@ -34,15 +37,16 @@ static const char *help =
     "the columns) with the CPU backend's JIT-compiled kernel against dense OpenBLAS cblas_sgemm on\n"
     "the same fp32 X and W with the same thread count (default: all cores). The result is checked\n"
     "against the reference first (relative error ≤ 1e-5). Times: median over R repeats of the mean\n"
-    "of back-to-back calls lasting ≥ SEC seconds each. --config: a CPU config JSON\n"
-    "({\"mr\":12,\"nr\":32,\"offsets\":\"table\"|\"unrolled\",\"unroll\":4,\"mb\":0}); without it, the best\n"
+    "of back-to-back calls lasting ≥ SEC seconds each; --clock thread (with --threads 1) counts\n"
+    "the thread's CPU time instead, for machines shared with other jobs. --config: a CPU config JSON\n"
+    "({\"mr\":6,\"nr\":64,\"offsets\":\"table\"|\"unrolled\",\"unroll\":4,\"mb\":0,\"kc\":0}); without it, the best\n"
     "record of --tuning-log LOG (or $TILEJIT_TUNING_LOG) for this host and shape is used (-v says which).\n"
     "Ends with one line (in sweep mode, for the last sparsity):\n"
     "  speedup <dense/tilejit> tilejit_ms <ms> dense_ms <ms> kept_gflops <GFLOP/s of kept work>\n";
 
 typedef struct bopts {
     int64_t m, n, k, g;
-    int mode, threads, repeats;
+    int mode, threads, repeats, thread_clock;
     uint64_t seed;
     double min_time;
     const char *config;
@@ -64,6 +68,16 @@ static int cmpd(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+static int use_thread_clock;
+
+static double now(void)
+{
+    if (!use_thread_clock) return tj_now();
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
 static double time_it(timed_fn fn, void *arg, double min_time, int repeats)
 {
     double t[64];
@@ -71,11 +85,11 @@ static double time_it(timed_fn fn, void *arg, double min_time, int repeats)
     fn(arg); /* warm-up */
     for (int r = 0; r < repeats; r++) {
         int64_t calls = 0;
-        double t0 = tj_now(), el;
+        double t0 = now(), el;
         do {
             fn(arg);
             calls++;
-            el = tj_now() - t0;
+            el = now() - t0;
         } while (el < min_time);
         t[r] = el / (double)calls;
     }
@@ -252,7 +266,7 @@ int bench_cpu(int argc, char **argv)
     const char *C = "bench";
     const char *backend = NULL, *m_s = NULL, *n_s = NULL, *k_s = NULL, *s_s = NULL, *g_s = "128", *t_s = NULL,
                *mode_s = "tw1", *seed_s = "1", *config = NULL, *mt_s = "0.2", *rep_s = "5", *sweep = NULL, *csv = NULL,
-               *plot = NULL, *tlog = NULL;
+               *plot = NULL, *tlog = NULL, *clock_s = "wall";
     int verbose = 0;
     cli_opt opts[] = {
         {"backend", 1, &backend, NULL}, {"m", 1, &m_s, NULL},       {"n", 1, &n_s, NULL},
@@ -261,6 +275,7 @@ int bench_cpu(int argc, char **argv)
         {"config", 1, &config, NULL},   {"min-time", 1, &mt_s, NULL}, {"repeats", 1, &rep_s, NULL},
         {"sweep", 1, &sweep, NULL},     {"csv", 1, &csv, NULL},      {"plot", 1, &plot, NULL},
         {"tuning-log", 1, &tlog, NULL}, {"v", 0, NULL, &verbose},    {"verbose", 0, NULL, &verbose},
+        {"clock", 1, &clock_s, NULL},
         {NULL, 0, NULL, NULL},
     };
     const char *pos[1];
@@ -296,6 +311,13 @@ int bench_cpu(int argc, char **argv)
         o.threads = (int)v;
     }
     if (cli_parse_double(C, "min-time", mt_s, 0.0, 60.0, &o.min_time)) return 1;
+    if (strcmp(clock_s, "thread") == 0) {
+        if (o.threads != 1) return cli_fail(C, "--clock thread needs --threads 1 (other threads' time is not counted)");
+        o.thread_clock = 1;
+    } else if (strcmp(clock_s, "wall") != 0) {
+        return cli_fail(C, "--clock: '%s' is not wall or thread", clock_s);
+    }
+    use_thread_clock = o.thread_clock;
     if (cli_parse_int(C, "repeats", rep_s, 1, 64, &v)) return 1;
     o.repeats = (int)v;
     char *cfg_text = NULL;
@@ -329,9 +351,9 @@ int bench_cpu(int argc, char **argv)
         goto out;
     }
     if (cf) fprintf(cf, "m,n,k,g,mode,sparsity,density,threads,tilejit_ms,speedup,dense_ms,kept_gflops,dense_gflops,jit_ms,relerr,config\n");
-    printf("tilejit bench: cpu %s, M=%lld N=%lld K=%lld g=%lld tw%d, %d thread(s), seed %llu\n",
+    printf("tilejit bench: cpu %s, M=%lld N=%lld K=%lld g=%lld tw%d, %d thread(s), seed %llu, %s clock\n",
            tj_cpu_jit_host_name(), (long long)o.m, (long long)o.n, (long long)o.k, (long long)o.g, o.mode, o.threads,
-           (unsigned long long)o.seed);
+           (unsigned long long)o.seed, o.thread_clock ? "thread CPU" : "wall");
     printf("%-6s %-8s %11s %11s %9s %9s %8s %7s %8s %9s\n", "sparse", "density", "tilejit_ms", "dense_ms", "kept_GF/s",
            "dense_GF/s", "speedup", "ideal", "jit_ms", "relerr");
     bresult res;

@@ -14,7 +14,7 @@ struct tj_pool {
     int nworkers;
     pthread_t *tids;
     pthread_mutex_t run_lock; /* held by the caller whose job owns the workers */
-    pthread_mutex_t lock;
+    pthread_mutex_t lock;     /* guards the job's membership: closed, joined, inflight */
     pthread_cond_t wake, done;
     atomic_uint_fast64_t gen;  /* bumped for each job (and for shutdown) */
     int stop;
@@ -22,10 +22,11 @@ struct tj_pool {
     tj_pool_fn fn;
     void *arg;
     int64_t n;
-    int want;                 /* workers asked to take part */
+    int want;                 /* workers that may join */
+    int joined;               /* workers that joined this job */
+    int inflight;             /* joined workers still draining */
+    int closed;               /* the caller ran out of items: late workers stay out */
     atomic_int_fast64_t next;
-    atomic_int joined;        /* workers that entered this job */
-    atomic_int finished;      /* workers that left it */
 };
 
 static void drain(tj_pool *p)
@@ -37,6 +38,9 @@ static void drain(tj_pool *p)
     }
 }
 
+/* A worker joins a job only while it is open, so the caller never waits for a worker that was
+ * asleep or descheduled (common on a loaded machine): it runs the items itself and waits only for
+ * workers already inside. */
 static void *worker(void *vp)
 {
     tj_pool *p = vp;
@@ -49,20 +53,25 @@ static void *worker(void *vp)
 #endif
             g = atomic_load_explicit(&p->gen, memory_order_acquire);
         }
-        if (g == seen) {
-            pthread_mutex_lock(&p->lock);
-            while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen && !p->stop)
-                pthread_cond_wait(&p->wake, &p->lock);
-            pthread_mutex_unlock(&p->lock);
-        }
+        pthread_mutex_lock(&p->lock);
+        while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen && !p->stop)
+            pthread_cond_wait(&p->wake, &p->lock);
         seen = g;
-        if (p->stop) return NULL;
-        if (atomic_fetch_add(&p->joined, 1) < p->want) drain(p);
-        if (atomic_fetch_add(&p->finished, 1) + 1 == p->nworkers) {
-            pthread_mutex_lock(&p->lock);
-            pthread_cond_signal(&p->done);
+        if (p->stop) {
             pthread_mutex_unlock(&p->lock);
+            return NULL;
         }
+        int join = !p->closed && p->joined < p->want;
+        if (join) {
+            p->joined++;
+            p->inflight++;
+        }
+        pthread_mutex_unlock(&p->lock);
+        if (!join) continue;
+        drain(p);
+        pthread_mutex_lock(&p->lock);
+        if (--p->inflight == 0 && p->closed) pthread_cond_signal(&p->done);
+        pthread_mutex_unlock(&p->lock);
     }
 }
 
@@ -81,8 +90,7 @@ tj_status tj_pool_create(int threads, tj_pool **out, tj_error *err)
     pthread_cond_init(&p->done, NULL);
     atomic_init(&p->gen, 0);
     atomic_init(&p->next, 0);
-    atomic_init(&p->joined, 0);
-    atomic_init(&p->finished, 0);
+    p->closed = 1;
     for (int i = 0; i < p->nworkers; i++) {
         if (pthread_create(&p->tids[i], NULL, worker, p) != 0) {
             p->nworkers = i;
@@ -121,29 +129,23 @@ void tj_pool_run(tj_pool *p, int threads, int64_t n, tj_pool_fn fn, void *arg)
         return;
     }
     int want = threads <= 0 || threads - 1 > p->nworkers ? p->nworkers : threads - 1;
+    if (want > n - 1) want = (int)(n - 1);
+    pthread_mutex_lock(&p->lock);
     p->fn = fn;
     p->arg = arg;
     p->n = n;
     p->want = want;
+    p->joined = 0;
+    p->inflight = 0;
+    p->closed = 0;
     atomic_store(&p->next, 0);
-    atomic_store(&p->joined, 0);
-    atomic_store(&p->finished, 0);
-    pthread_mutex_lock(&p->lock);
     atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->lock);
     drain(p);
-    /* every worker acknowledges the job (even those not wanted), so the next job's reset
-     * cannot race with a late worker */
-    for (int s = 0; atomic_load(&p->finished) < p->nworkers && s < SPIN_ROUNDS; s++) {
-#if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
-#endif
-    }
-    if (atomic_load(&p->finished) < p->nworkers) {
-        pthread_mutex_lock(&p->lock);
-        while (atomic_load(&p->finished) < p->nworkers) pthread_cond_wait(&p->done, &p->lock);
-        pthread_mutex_unlock(&p->lock);
-    }
+    pthread_mutex_lock(&p->lock);
+    p->closed = 1;
+    while (p->inflight > 0) pthread_cond_wait(&p->done, &p->lock);
+    pthread_mutex_unlock(&p->lock);
     pthread_mutex_unlock(&p->run_lock);
 }
