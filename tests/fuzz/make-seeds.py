@@ -88,6 +88,42 @@ def main():
     put('npy', 'f4_v3_empty.npy', npy('<f4', '(0, 4)', b'', version=3))
     put('npy', 'f4_1d.npy', npy('<f4', '(4,)', f32(vals[:4])))
 
+    # Emitter inputs: a config selector byte, then an ok_ pattern.
+    for case, pat in sorted(patterns.items()):
+        with open(os.path.join(FIX, case, 'pattern.json'), 'rb') as f:
+            data = f.read()
+        for sel in (0x00, 0x01, 0x02, 0x03, 0x18, 0x25, 0x47, 0x8c):
+            put('emit', '%s_%02x' % (case, sel), bytes([sel]) + data)
+
+    # Tuning logs: ok, failed (inf), wrong_result and a torn last line, on cpu and cuda.
+    def record(backend, device, arch, m, config, status, median, layer='a', hsh='a3014f2a2137b643'):
+        res = {'status': status, 'median': median}
+        if status == 'ok':
+            res.update({'times': [median] * 3, 'reps': 3, 'build_s': 0.01})
+        else:
+            res['error'] = 'it failed'
+        return json.dumps({'format': 'tilejit-tune', 'version': 1,
+                           'target': {'backend': backend, 'device': device, 'arch': arch, 'driver': '',
+                                      'compiler': 'LLVM 19.1.7'},
+                           'workload': {'layer': layer, 'pattern_hash': hsh, 'n': 64, 'k': 48, 'g': 32,
+                                        'kept': 1536, 'dtype': 'f32', 'm': m},
+                           'config': config, 'result': res, 'tool': 'tilejit 0.1.0',
+                           'timestamp': '2026-11-29T15:19:14Z'}, separators=(',', ':'))
+    cpu = {'mb': 0, 'mr': 12, 'nr': 32, 'offsets': 'table', 'unroll': 4}
+    cpu2 = {'mb': 0, 'mr': 4, 'nr': 32, 'offsets': 'unrolled', 'unroll': 8}
+    cuda = {'bk': 32, 'bm': 128, 'bn': 32, 'dtype': 'f16', 'layout': 'fm', 'offsets': 'table',
+            'out': 'f32', 'stages': 3, 'template': 'mma', 'warps': 4}
+    lines = [record('cpu', 'rocketlake', 'x86_64-avx512', 3, cpu, 'ok', 0.0018),
+             record('cpu', 'rocketlake', 'x86_64-avx512', 3, cpu2, 'ok', 0.0015),
+             record('cpu', 'rocketlake', 'x86_64-avx512', 64, cpu2, 'wrong_result', 'inf'),
+             record('cpu', 'other', 'x86_64-avx512', 512, cpu, 'timeout', None),
+             record('cuda', 'NVIDIA H200', 'sm_90', 128, cuda, 'ok', 0.00002),
+             record('cuda', 'NVIDIA H200', 'sm_90', 128, cuda, 'compile_error', 'inf')]
+    put('tuning', 'mixed.jsonl', ('\n'.join(lines) + '\n').encode())
+    put('tuning', 'torn.jsonl', ('\n'.join(lines[:2]) + '\n' + lines[2][:57]).encode())
+    put('tuning', 'one.jsonl', (lines[4] + '\n').encode())
+    put('tuning', 'blank_and_garbage.jsonl', b'\n\n{"format":"tilejit-tune"}\nnot json\n' + lines[0].encode())
+
     # Models: each ok_ fixture with weights of every dtype, with and without bias.
     packers = {'F32': f32, 'F16': f16, 'BF16': bf16}
     for i, (case, pat) in enumerate(sorted(patterns.items())):
