@@ -34,7 +34,8 @@
  *   ew_ptr  int32 [n + 1], ew_idx int32 [ew_nnz], ew_val fp32 [ew_nnz]: the ew CSR over output
  *           features (W's values at the ew positions); ew_rows int32 [n_ew_rows]: features with at
  *           least one ew entry, increasing. All NULL / 0 when the layer has no ew.
- *   m       tokens (M ≥ 1); ldx, ldy in elements.
+ *   m       tokens (M ≥ 1); ldx, ldy in elements. x and y must not overlap (no in-place layers).
+ * tj_cuda_args_check() verifies a filled argument block against these rules before a launch.
  * Baked into the module (not arguments): tile order (heaviest first), per-item metadata
  * (tj_items: packed-block offset, ld, rows, first feature, width) and every tile's kept-row
  * indices (cfg.offsets: a __constant__ table, or immediates in code) — see templates/README.md.

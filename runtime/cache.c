@@ -3,6 +3,7 @@
  * compile paths (runtime/nvrtc.c for CUBINs) between code generation and loading. */
 #include "cache.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -12,6 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ---- SHA-256 (FIPS 180-4) ---- */
@@ -228,6 +230,24 @@ static int make_dirs(const char *path)
     return S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
 }
 
+/* Temporary files of writers that died before their rename: anything older than an hour (a
+ * live writer renames within seconds). */
+static void remove_stale_temps(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d) return;
+    time_t now = time(NULL);
+    struct dirent *e;
+    char path[4400];
+    while ((e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, ".tmp-", 5) != 0 && strncmp(e->d_name, ".probe-", 7) != 0) continue;
+        snprintf(path, sizeof path, "%.4000s/%.255s", dir, e->d_name);
+        struct stat st;
+        if (lstat(path, &st) == 0 && S_ISREG(st.st_mode) && now - st.st_mtime > 3600) unlink(path);
+    }
+    closedir(d);
+}
+
 tj_status tj_cache_open(const char *dir, tj_cache **out, tj_error *err)
 {
     *out = NULL;
@@ -255,6 +275,7 @@ tj_status tj_cache_open(const char *dir, tj_cache **out, tj_error *err)
         close(fd);
         unlink(probe);
         c->mode = 2;
+        remove_stale_temps(c->dir);
     } else {
         warn(c, "kernel cache '%s' is not writable (%s): compiled kernels will not be saved", c->dir, strerror(errno));
     }

@@ -6,6 +6,8 @@
  * checksum of the payload) and the payload, written to a temporary file in the same directory and
  * renamed into place, so readers in other processes see a whole entry or none. An entry that
  * fails any check is deleted and reported as a miss (the caller rebuilds and stores it again).
+ * Temporary files of writers that died mid-write are removed after an hour. Nothing is evicted:
+ * delete the directory to reclaim space.
  * A directory that cannot be created or written turns caching (or storing) off and leaves one
  * warning for the caller; the library itself never prints. Thread-safe. */
 #ifndef TJ_CACHE_H

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/time.h>
+#include <time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -120,6 +122,20 @@ static void test_generic(const char *dir)
     char path[4300];
     int tmp;
     CHECK(list_entries(dir, &tmp, path, sizeof path) == 1 && tmp == 0);
+    /* A dead writer's temporary file: removed at the next open once it is old, kept while fresh. */
+    char stale[4300], fresh[4300];
+    snprintf(stale, sizeof stale, "%s/.tmp-0123456789abcdef-1-1", dir);
+    snprintf(fresh, sizeof fresh, "%s/.tmp-0123456789abcdef-2-1", dir);
+    FILE *sf = fopen(stale, "w"), *ff = fopen(fresh, "w");
+    if (sf) fclose(sf);
+    if (ff) fclose(ff);
+    struct timeval old_times[2] = {{time(NULL) - 7200, 0}, {time(NULL) - 7200, 0}};
+    CHECK(utimes(stale, old_times) == 0);
+    tj_cache *c2 = NULL;
+    CHECK_OK(tj_cache_open(dir, &c2, &err), &err);
+    CHECK(file_size(stale) < 0 && file_size(fresh) == 0);
+    unlink(fresh);
+    tj_cache_close(c2);
     long size = file_size(path);
     /* Corrupted payload byte, header byte, truncations: each discarded (file removed), then rebuilt. */
     long offsets[] = {size - 1, 500, 20, 30};

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "emit_cuda.h"
 #include "nvrtc.h"
@@ -228,6 +229,33 @@ static void test_compile_error_log(void)
     tj_sb_free(&sb);
 }
 
+/* TILEJIT_DUMP_DIR: source, options and log of each compiled unit. */
+static void test_dump_dir(void)
+{
+    char dir[] = "/tmp/tj-dump-test-XXXXXX";
+    if (!mkdtemp(dir)) { CHECK(0); return; }
+    setenv("TILEJIT_DUMP_DIR", dir, 1);
+    tj_cubin b;
+    tj_error err = {0};
+    CHECK_OK(tj_nvrtc_compile(NULL, "extern \"C\" __global__ void k(float *p) { p[threadIdx.x] = 1.0f; }\n",
+                              "dump/me", 80, &b, &err), &err);
+    unsetenv("TILEJIT_DUMP_DIR");
+    tj_cubin_free(&b);
+    static const char *ext[] = {".cu", ".options", ".log"};
+    for (int i = 0; i < 3; i++) {
+        char path[256];
+        snprintf(path, sizeof path, "%s/dump_me.sm_80%s", dir, ext[i]);
+        char *text = read_text(path);
+        CHECKF(text != NULL, "missing %s", path);
+        if (text && i == 0) CHECK(strstr(text, "p[threadIdx.x]") != NULL);
+        if (text && i == 1) CHECK(strstr(text, "--gpu-architecture=sm_80") != NULL);
+        if (text && i == 2) CHECK(strstr(text, "Used") != NULL);
+        free(text);
+        unlink(path);
+    }
+    rmdir(dir);
+}
+
 static void test_ptxas_parse(void)
 {
     const char *log =
@@ -255,6 +283,7 @@ static void test_ptxas_parse(void)
 int main(void)
 {
     test_ptxas_parse();
+    test_dump_dir();
     test_deterministic();
     test_golden();
     test_compile_error_log();
