@@ -39,25 +39,30 @@ tj_cpu_config tj_cpu_config_default(void)
 {
     /* 6 × 64 beat 12 × 32 and 8 × 48 on BERT-base shapes (bench/RESULTS.md): fewer broadcasts
      * of gathered X per FMA */
-    tj_cpu_config c = {.mr = 6, .nr = 64, .offsets = TJ_CPU_OFFSETS_TABLE, .unroll = 4, .mb = 0, .vec = 0, .kc = 0};
+    tj_cpu_config c = {.mr = 6, .nr = 64, .offsets = TJ_CPU_OFFSETS_TABLE, .unroll = 4, .mb = 0, .vec = 0, .kc = 0, .pack = 0, .order = -1};
     return c;
 }
 
 static const tj_cpu_config config_space[] = {
-    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0},
-    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 48, 0, 0},
-    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 192},
-    {12, 32, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0},
-    {12, 32, TJ_CPU_OFFSETS_TABLE, 1, 0, 0, 0},
-    {14, 32, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0},
-    {8, 48, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0},
-    {4, 64, TJ_CPU_OFFSETS_TABLE, 2, 0, 0, 0},
-    {12, 32, TJ_CPU_OFFSETS_TABLE, 4, 48, 0, 0},
-    {12, 32, TJ_CPU_OFFSETS_UNROLLED, 8, 0, 0, 0},
-    {6, 64, TJ_CPU_OFFSETS_UNROLLED, 8, 0, 0, 0},
+    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0, 0, 0},
+    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 48, 0, 0, 0, 0},
+    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 48, 0, 0, 0, 1},
+    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 24, 0, 0, 0, 1},
+    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 192, 0, 0},
+    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0, 1, 0},
+    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 48, 0, 0, 1, 0},
+    {12, 32, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0, 1, 0},
+    {12, 32, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0, 0, 0},
+    {12, 32, TJ_CPU_OFFSETS_TABLE, 1, 0, 0, 0, 0, 0},
+    {14, 32, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0, 0, 0},
+    {8, 48, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0, 0, 0},
+    {4, 64, TJ_CPU_OFFSETS_TABLE, 2, 0, 0, 0, 0, 0},
+    {12, 32, TJ_CPU_OFFSETS_TABLE, 4, 48, 0, 0, 0, 0},
+    {12, 32, TJ_CPU_OFFSETS_UNROLLED, 8, 0, 0, 0, 0, 0},
+    {6, 64, TJ_CPU_OFFSETS_UNROLLED, 8, 0, 0, 0, 0, 0},
     /* AVX2-sized blocks (12 accumulators of 16 registers) */
-    {6, 16, TJ_CPU_OFFSETS_TABLE, 4, 0, 8, 0},
-    {4, 24, TJ_CPU_OFFSETS_TABLE, 4, 0, 8, 0},
+    {6, 16, TJ_CPU_OFFSETS_TABLE, 4, 0, 8, 0, 0, 0},
+    {4, 24, TJ_CPU_OFFSETS_TABLE, 4, 0, 8, 0, 0, 0},
 };
 
 const tj_cpu_config *tj_cpu_config_space(int *count)
@@ -81,12 +86,25 @@ int tj_cpu_host_vec(void)
 int64_t tj_cpu_config_mb(const tj_cpu_config *c)
 {
     int mr = c->mr < 1 ? 1 : c->mr;
-    return c->mb > 0 ? (c->mb + mr - 1) / mr * mr : mr * ((96 + mr / 2) / mr);
+    int base = c->order == 1 ? 48 : 96;
+    return c->mb > 0 ? (c->mb + mr - 1) / mr * mr : mr * ((base + mr / 2) / mr);
+}
+
+void tj_cpu_config_resolve(tj_cpu_config *c, const tj_layer *l)
+{
+    if (c->vec == 0) c->vec = tj_cpu_host_vec();
+    if (c->order < 0) {
+        /* measured on BERT-base shapes at M = 512: chunk-major wins by ~30 % at s = 0.9 (the
+         * gathered X chunk is re-read from L2, not L3, by every tile) and loses ~5-10 % at
+         * s ≤ 0.75, where a tile's weights are the better thing to keep */
+        double kept = l->ntiles ? (double)l->tile_ptr[l->ntiles] / ((double)l->ntiles * (double)l->k) : 1.0;
+        c->order = kept < 0.2 ? 1 : 0;
+    }
 }
 
 int64_t tj_cpu_config_kc(const tj_cpu_config *c)
 {
-    if (c->offsets == TJ_CPU_OFFSETS_UNROLLED) return INT32_MAX; /* one function covers the tile */
+    if (c->offsets == TJ_CPU_OFFSETS_UNROLLED || c->pack) return INT32_MAX; /* whole tiles */
     /* 0: no k-blocking. Chunks that keep the weight slice in L1 measured slower on BERT-base
      * shapes (the gathered X, not the weights, is what streams from L2), so the tuner decides. */
     return c->kc > 0 ? c->kc : INT32_MAX;
@@ -110,6 +128,12 @@ tj_status tj_cpu_config_check(const tj_cpu_config *c, tj_error *err)
                        c->mr * nv + nv + 1, vec_regs(c->vec));
     if (c->unroll < 1 || c->unroll > 64)
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: unroll %d is outside [1, 64]", c->unroll);
+    if (c->order < -1 || c->order > 1)
+        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: order %d is not -1 (auto), 0 or 1", c->order);
+    if (c->pack != 0 && c->pack != 1)
+        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: pack %d is not 0 or 1", c->pack);
+    if (c->pack && c->offsets == TJ_CPU_OFFSETS_UNROLLED)
+        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: pack needs \"offsets\": \"table\" (packed rows need no offsets)");
     if (c->kc < 0 || c->kc > 1 << 24)
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: kc %d is outside [0, 2^24]", c->kc);
     if (c->mb < 0 || c->mb > 1 << 20)
@@ -142,8 +166,8 @@ tj_status tj_cpu_config_from_json(const char *json, tj_cpu_config *out, tj_error
     json_t *v;
     json_object_foreach(o, key, v) {
         if (strcmp(key, "mr") && strcmp(key, "nr") && strcmp(key, "offsets") && strcmp(key, "unroll") &&
-            strcmp(key, "mb") && strcmp(key, "kc") && strcmp(key, "vec") && strcmp(key, "backend")) {
-            s = tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: unknown key '%s' (mr, nr, offsets, unroll, mb, kc, vec)", key);
+            strcmp(key, "mb") && strcmp(key, "kc") && strcmp(key, "pack") && strcmp(key, "order") && strcmp(key, "vec") && strcmp(key, "backend")) {
+            s = tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: unknown key '%s' (mr, nr, offsets, unroll, mb, kc, pack, order, vec)", key);
             goto done;
         }
     }
@@ -153,6 +177,8 @@ tj_status tj_cpu_config_from_json(const char *json, tj_cpu_config *out, tj_error
     if ((s = json_int(o, "mb", 0, 1 << 20, &out->mb, err))) goto done;
     if ((s = json_int(o, "vec", 0, 16, &out->vec, err))) goto done;
     if ((s = json_int(o, "kc", 0, 1 << 24, &out->kc, err))) goto done;
+    if ((s = json_int(o, "pack", 0, 1, &out->pack, err))) goto done;
+    if ((s = json_int(o, "order", -1, 1, &out->order, err))) goto done;
     v = json_object_get(o, "offsets");
     if (v) {
         const char *m = json_string_value(v);
@@ -170,9 +196,11 @@ done:
 
 char *tj_cpu_config_to_json(const tj_cpu_config *c)
 {
-    char buf[200];
-    snprintf(buf, sizeof buf, "{\"mr\": %d, \"nr\": %d, \"offsets\": \"%s\", \"unroll\": %d, \"mb\": %d, \"kc\": %d, \"vec\": %d}",
-             c->mr, c->nr, c->offsets == TJ_CPU_OFFSETS_UNROLLED ? "unrolled" : "table", c->unroll, c->mb, c->kc, c->vec);
+    char buf[220];
+    snprintf(buf, sizeof buf,
+             "{\"mr\": %d, \"nr\": %d, \"offsets\": \"%s\", \"unroll\": %d, \"mb\": %d, \"kc\": %d, \"pack\": %d, \"order\": %d, \"vec\": %d}",
+             c->mr, c->nr, c->offsets == TJ_CPU_OFFSETS_UNROLLED ? "unrolled" : "table", c->unroll, c->mb, c->kc, c->pack,
+             c->order, c->vec);
     return strdup(buf);
 }
 
@@ -193,6 +221,8 @@ typedef struct em {
     LLVMValueRef fma, fma_s;    /* llvm.fmuladd on <V x float> and float */
     LLVMTypeRef fma_ty, fma_s_ty;
     LLVMValueRef g_offs, g_cols, g_tab[6];
+    LLVMValueRef xs;            /* packed micro-kernels: the x token stride parameter */
+    int packed;                 /* emitting a packed micro-kernel (offsets are r itself) */
     char *cpu, *features;
 } em;
 
@@ -332,16 +362,17 @@ static LLVMValueRef emit_act(em *e, LLVMTypeRef ty, LLVMValueRef v)
 /* Micro-kernel arguments. SCR/FLAGS: k-blocking — a call covers one chunk of the tile's kept rows;
  * bit 0 of FLAGS (first chunk) starts from zero instead of the partial sums in SCR, bit 1 (last
  * chunk) runs the epilogue instead of storing the partial sums back to SCR. */
-enum { MK_X, MK_Y, MK_W, MK_OFFS, MK_NROWS, MK_LD, MK_BK, MK_COLS, MK_VALID, MK_SCR, MK_FLAGS, MK_NARGS };
+enum { MK_X, MK_Y, MK_W, MK_OFFS, MK_NROWS, MK_LD, MK_BK, MK_COLS, MK_VALID, MK_SCR, MK_FLAGS, MK_XS, MK_NARGS };
 enum { MK_FIRST = 1, MK_LAST = 2 };
 
 /* One kept row: acc[i][j] += x[i·K + off] · w[j]. off: i64 value (table) or constant. */
 static void emit_row(em *e, int mr, int nv, LLVMValueRef x, LLVMValueRef wrow, LLVMValueRef off, LLVMValueRef *acc)
 {
+    LLVMValueRef xs = e->xs ? e->xs : ci64(e, e->l->k); /* token stride of x: K, or packed */
     LLVMValueRef w[16];
     for (int j = 0; j < nv; j++) w[j] = load(e, e->vf, gep(e, e->f32, wrow, ci64(e, j * e->V)), (unsigned)(4 * e->V));
     for (int i = 0; i < mr; i++) {
-        LLVMValueRef idx = i ? LLVMBuildAdd(e->b, off, ci64(e, i * e->l->k), "") : off;
+        LLVMValueRef idx = i ? LLVMBuildAdd(e->b, off, LLVMBuildMul(e->b, ci64(e, i), xs, ""), "") : off;
         LLVMValueRef b = splat_v(e, load(e, e->f32, gep(e, e->f32, x, idx), 4));
         for (int j = 0; j < nv; j++) {
             LLVMValueRef a[3] = {b, w[j], acc[i * nv + j]};
@@ -401,9 +432,10 @@ static void zero_acc(em *e, int n, LLVMValueRef *acc)
 static LLVMValueRef emit_mk_table(em *e, int mr, int nv)
 {
     char name[128];
-    snprintf(name, sizeof name, "%s.mk_%d_%d", e->prefix, mr, nv);
+    snprintf(name, sizeof name, "%s.mk%s_%d_%d", e->prefix, e->packed ? "p" : "", mr, nv);
     LLVMValueRef fn = new_fn(e, name, e->mk_ty, 1);
     LLVMValueRef x = LLVMGetParam(fn, MK_X), w = LLVMGetParam(fn, MK_W), offs = LLVMGetParam(fn, MK_OFFS);
+    e->xs = e->packed ? LLVMGetParam(fn, MK_XS) : NULL;
     LLVMValueRef nrows = LLVMGetParam(fn, MK_NROWS), ld = LLVMGetParam(fn, MK_LD);
     int na = mr * nv, U = e->cfg->unroll;
     int sets = 8 / na < 1 ? 1 : 8 / na;
@@ -436,7 +468,7 @@ static LLVMValueRef emit_mk_table(em *e, int mr, int nv)
     for (int a = 0; a < nt; a++) acc[a] = phis[a] = LLVMBuildPhi(e->b, e->vf, "");
     for (int u = 0; u < U; u++) {
         LLVMValueRef ru = u ? LLVMBuildAdd(e->b, r, ci64(e, u), "") : r;
-        LLVMValueRef off = LLVMBuildSExt(e->b, load(e, e->i32, gep(e, e->i32, offs, ru), 4), e->i64, "");
+        LLVMValueRef off = e->packed ? ru : LLVMBuildSExt(e->b, load(e, e->i32, gep(e, e->i32, offs, ru), 4), e->i64, "");
         LLVMValueRef wrow = gep(e, e->f32, w, LLVMBuildMul(e->b, ru, ld, ""));
         emit_row(e, mr, nv, x, wrow, off, acc + (u % sets) * na);
     }
@@ -475,7 +507,7 @@ static LLVMValueRef emit_mk_table(em *e, int mr, int nv)
     LLVMValueRef r1 = LLVMBuildPhi(e->b, e->i64, "r1");
     for (int a = 0; a < na; a++) acc[a] = rphis[a] = LLVMBuildPhi(e->b, e->vf, "");
     {
-        LLVMValueRef off = LLVMBuildSExt(e->b, load(e, e->i32, gep(e, e->i32, offs, r1), 4), e->i64, "");
+        LLVMValueRef off = e->packed ? r1 : LLVMBuildSExt(e->b, load(e, e->i32, gep(e, e->i32, offs, r1), 4), e->i64, "");
         emit_row(e, mr, nv, x, gep(e, e->f32, w, LLVMBuildMul(e->b, r1, ld, "")), off, acc);
     }
     LLVMValueRef r1n = LLVMBuildAdd(e->b, r1, ci64(e, 1), "");
@@ -509,6 +541,7 @@ static LLVMValueRef emit_mk_table(em *e, int mr, int nv)
     LLVMBuildRetVoid(e->b);
     LLVMPositionBuilderAtEnd(e->b, out);
     emit_epilogue(e, mr, nv, fn, fin);
+    e->xs = NULL;
     return fn;
 }
 
@@ -583,7 +616,7 @@ static tj_status emit_tables(em *e, tj_error *err)
         e->g_tab[i] = const_global(e, names[i], a);
     }
     free(t6);
-    LLVMValueRef a = i32_array(e, l->tile_rows, tot, 1);
+    LLVMValueRef a = i32_array(e, l->tile_rows, tot, e->V); /* packing reads whole vectors */
     if (!a) return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory emitting IR");
     e->g_offs = const_global(e, "offsets", a);
     if (l->cols) {
@@ -654,7 +687,11 @@ static tj_status emit_item(em *e, tj_cpu_emit_info *info, tj_error *err)
         step[a - 1] = v;
         for (int b = 1; b <= nv; b++) {
             if (!need_nv[b]) { mk[(a - 1) * nv + (b - 1)] = LLVMConstNull(e->ptr); continue; }
-            if (!variant[v][b]) variant[v][b] = emit_mk_table(e, v, b);
+            if (!variant[v][b]) {
+                e->packed = e->cfg->pack;
+                variant[v][b] = emit_mk_table(e, v, b);
+                e->packed = 0;
+            }
             mk[(a - 1) * nv + (b - 1)] = variant[v][b];
         }
     }
@@ -681,6 +718,11 @@ static tj_status emit_item(em *e, tj_cpu_emit_info *info, tj_error *err)
     }
 
     LLVMTypeRef ps[7] = {e->ptr, e->ptr, e->ptr, e->ptr, e->i64, e->i64, e->i64};
+    int64_t rpmax = 0; /* packed x: the widest tile's rows, padded to vectors */
+    for (int64_t t = 0; t < l->ntiles; t++) {
+        int64_t rp = (tj_tile_nrows(l, t) + V - 1) / V * V;
+        if (rp > rpmax) rpmax = rp;
+    }
     LLVMValueRef fn = new_fn(e, info->item_name, LLVMFunctionType(e->voidt, ps, 7, 0), 0);
     LLVMValueRef x = LLVMGetParam(fn, 0), y = LLVMGetParam(fn, 1), wp = LLVMGetParam(fn, 2), bk = LLVMGetParam(fn, 3);
     LLVMValueRef slot = LLVMGetParam(fn, 4), m0 = LLVMGetParam(fn, 5), m1 = LLVMGetParam(fn, 6);
@@ -689,10 +731,38 @@ static tj_status emit_item(em *e, tj_cpu_emit_info *info, tj_error *err)
     int64_t mbmax = tj_cpu_config_mb(e->cfg);
     LLVMValueRef scr = LLVMBuildArrayAlloca(e->b, e->f32, ci64(e, mbmax * nv * V), "scratch");
     LLVMSetAlignment(scr, 64);
+    LLVMValueRef xp = NULL;
+    if (e->cfg->pack) {
+        xp = LLVMBuildArrayAlloca(e->b, e->f32, ci64(e, mbmax * (rpmax > 0 ? rpmax : 1)), "xpacked");
+        LLVMSetAlignment(xp, 64);
+    }
     LLVMValueRef tv[6];
     for (int i = 0; i < 6; i++) tv[i] = load(e, e->i64, gep(e, e->i64, e->g_tab[i], slot), 8);
     LLVMValueRef offs = gep(e, e->i32, e->g_offs, tv[T_ROWBEG]);
     LLVMValueRef nrv = ci64(e, (int64_t)nv * V);
+    LLVMValueRef rp = NULL;
+    if (xp) {
+        /* pack: xp[i][r] = x[m0 + i][rows_t[r]] with vector gathers, once per item for all
+         * column blocks: the micro-kernels then read contiguous, L1-resident rows */
+        rp = LLVMBuildMul(e->b, LLVMBuildSDiv(e->b, LLVMBuildAdd(e->b, tv[T_NROWS], ci64(e, V - 1), ""), ci64(e, V), ""), ci64(e, V), "rp");
+        LLVMTypeRef g_ov[2] = {e->vf, e->vptr}, g_ty;
+        LLVMValueRef gather = intrinsic(e, "llvm.masked.gather", g_ov, 2, &g_ty);
+        LLVMValueRef ones[16];
+        for (int i = 0; i < V; i++) ones[i] = LLVMConstInt(e->i1, 1, 0);
+        LLVMValueRef all = LLVMConstVector(ones, (unsigned)V);
+        loop pi;
+        loop_begin(e, fn, &pi, m0, m1, ci64(e, 1));
+        LLVMValueRef xrow = gep(e, e->f32, x, LLVMBuildMul(e->b, pi.iv, ci64(e, l->k), ""));
+        LLVMValueRef dst = gep(e, e->f32, xp, LLVMBuildMul(e->b, LLVMBuildSub(e->b, pi.iv, m0, ""), rp, ""));
+        loop pr;
+        loop_begin(e, fn, &pr, ci64(e, 0), rp, ci64(e, V));
+        LLVMValueRef idx = load(e, e->vi32, gep(e, e->i32, offs, pr.iv), 4);
+        LLVMValueRef ptrs = LLVMBuildInBoundsGEP2(e->b, e->f32, xrow, &idx, 1, "");
+        LLVMValueRef ga[4] = {ptrs, ci32(e, 4), all, LLVMGetPoison(e->vf)};
+        store(e, call(e, g_ty, gather, ga, 4), gep(e, e->f32, dst, pr.iv), (unsigned)(4 * V));
+        loop_end(e, &pr);
+        loop_end(e, &pi);
+    }
     loop cb;
     loop_begin(e, fn, &cb, ci64(e, 0), tv[T_WIDTH], nrv);
     LLVMValueRef valid = smin(e, nrv, LLVMBuildSub(e->b, tv[T_WIDTH], cb.iv, ""));
@@ -727,7 +797,9 @@ static tj_status emit_item(em *e, tj_cpu_emit_info *info, tj_error *err)
         f = LLVMBuildSelect(e->b, full, unr_fn, f, "");
     }
     LLVMValueRef args[MK_NARGS];
-    args[MK_X] = gep(e, e->f32, x, LLVMBuildMul(e->b, mb.iv, ci64(e, l->k), ""));
+    args[MK_X] = xp ? gep(e, e->f32, xp, LLVMBuildMul(e->b, LLVMBuildSub(e->b, mb.iv, m0, ""), rp, ""))
+                    : gep(e, e->f32, x, LLVMBuildMul(e->b, mb.iv, ci64(e, l->k), ""));
+    args[MK_XS] = rp ? rp : ci64(e, l->k);
     /* contiguous stores address y at the block's first feature; scatters use absolute cols */
     LLVMValueRef yoff = LLVMBuildMul(e->b, mb.iv, ci64(e, l->n), "");
     if (!l->cols) yoff = LLVMBuildAdd(e->b, yoff, colstart, "");
@@ -884,7 +956,7 @@ tj_status tj_cpu_emit_module(LLVMContextRef llctx, const tj_layer *l, const tj_p
     e.vf = LLVMVectorType(e.f32, (unsigned)e.V);
     e.vi32 = LLVMVectorType(e.i32, (unsigned)e.V);
     e.vptr = LLVMVectorType(e.ptr, (unsigned)e.V);
-    LLVMTypeRef mkp[MK_NARGS] = {e.ptr, e.ptr, e.ptr, e.ptr, e.i64, e.i64, e.ptr, e.ptr, e.i64, e.ptr, e.i64};
+    LLVMTypeRef mkp[MK_NARGS] = {e.ptr, e.ptr, e.ptr, e.ptr, e.i64, e.i64, e.ptr, e.ptr, e.i64, e.ptr, e.i64, e.i64};
     e.mk_ty = LLVMFunctionType(e.voidt, mkp, MK_NARGS, 0);
     e.fma = intrinsic(&e, "llvm.fmuladd", &e.vf, 1, &e.fma_ty);
     e.fma_s = intrinsic(&e, "llvm.fmuladd", &e.f32, 1, &e.fma_s_ty);
@@ -928,7 +1000,7 @@ tj_status tj_cpu_emit_ir_text(const tj_layer *l, const char *config_json, char *
     *out = NULL;
     tj_cpu_config cfg;
     TJ_TRY(tj_cpu_config_from_json(config_json, &cfg, err));
-    if (cfg.vec == 0) cfg.vec = tj_cpu_host_vec();
+    tj_cpu_config_resolve(&cfg, l);
     TJ_TRY(tj_cpu_config_check(&cfg, err));
     tj_plan plan;
     TJ_TRY(tj_plan_build(l, cfg.vec, &plan, err));

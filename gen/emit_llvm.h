@@ -16,12 +16,17 @@ typedef enum tj_cpu_offsets {
 } tj_cpu_offsets;
 
 /* One point of the CPU search space. JSON form (every key optional, defaults below):
- *   {"mr": 6, "nr": 64, "offsets": "table", "unroll": 4, "mb": 0, "kc": 0, "vec": 0}
+ *   {"mr": 6, "nr": 64, "offsets": "table", "unroll": 4, "mb": 0, "kc": 0, "pack": 0, "order": -1, "vec": 0}
  * mr: tokens per register block (1..16); nr: features per register block, a multiple of the
  * vector width (mr · nr/vec accumulators must fit the register file, ≤ 28 vectors with AVX-512);
  * unroll: table-loop unroll factor (1..16), or rows per chunk in unrolled mode;
  * mb: tokens per work item (0: auto, rounded to a multiple of mr) — the work split;
- * kc: kept rows per k-block (0: auto, a weight slice of ~24 KiB stays in L1; table mode only);
+ * kc: kept rows per k-block (0: none; table mode only);
+ * pack: 1 gathers each work item's X rows of the tile into a contiguous stack buffer first
+ *   (mb × kept rows floats), 0 broadcasts straight from X (table mode only);
+ * order: work items tile-major (0: a tile's weights stay in cache across token chunks) or
+ *   token-chunk-major (1: a chunk of X stays in L2 across tiles); -1: auto, 1 when tiles keep
+ *   under 20 % of k (little work per byte of gathered X), else 0. mb auto is 48 with order 1;
  * vec: vector width in floats (0: the host's widest, 16 AVX-512, 8 AVX2, 1 scalar). */
 typedef struct tj_cpu_config {
     int mr;
@@ -31,6 +36,8 @@ typedef struct tj_cpu_config {
     int mb;
     int vec;
     int kc;
+    int pack;
+    int order;
 } tj_cpu_config;
 
 /* The built-in default for a layer (before any tuning record). */
@@ -41,6 +48,8 @@ tj_status tj_cpu_config_from_json(const char *json, tj_cpu_config *out, tj_error
 char *tj_cpu_config_to_json(const tj_cpu_config *c);
 /* Checks a config (vec resolved) for a given layer: register budget, nr multiple of vec. */
 tj_status tj_cpu_config_check(const tj_cpu_config *c, tj_error *err);
+/* Resolves the automatic choices (vec 0, order -1) of c for layer l. */
+void tj_cpu_config_resolve(tj_cpu_config *c, const tj_layer *l);
 /* Tokens per work item and kept rows per k-block after resolving 0 (auto). */
 int64_t tj_cpu_config_mb(const tj_cpu_config *c);
 int64_t tj_cpu_config_kc(const tj_cpu_config *c);

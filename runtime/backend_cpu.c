@@ -126,6 +126,25 @@ void tj_cpu_jit_destroy(tj_cpu_jit *j)
     free(j);
 }
 
+/* TILEJIT_DUMP_DIR: every emitted module as DIR/<prefix>.ll (before optimisation), with the
+ * config and pass pipeline in a header comment. Best effort: a dump failure never fails a load. */
+static void dump_ir(LLVMModuleRef m, const tj_layer *l, const tj_cpu_config *cfg, const char *prefix)
+{
+    const char *dir = getenv("TILEJIT_DUMP_DIR");
+    if (!dir || !*dir) return;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s.ll", dir, prefix);
+    FILE *f = fopen(path, "w");
+    if (!f) return;
+    char *cj = tj_cpu_config_to_json(cfg), *ir = LLVMPrintModuleToString(m);
+    const char *passes = getenv("TILEJIT_CPU_PASSES");
+    fprintf(f, "; layer %s, config %s\n; passes %s, host %s\n%s", l->name, cj ? cj : "?",
+            passes && *passes ? passes : TJ_CPU_PASSES, tj_cpu_jit_host_name(), ir ? ir : "");
+    free(cj);
+    LLVMDisposeMessage(ir);
+    fclose(f);
+}
+
 /* Optimises m for the host and hands it to the JIT; looks up (and so compiles) the entries. */
 static tj_status jit_add(tj_cpu_jit *j, LLVMOrcThreadSafeContextRef tsc, LLVMModuleRef m, tj_cpu_layer *cl,
                          tj_error *err)
@@ -205,7 +224,7 @@ tj_status tj_cpu_layer_build(tj_cpu_jit *jit, const tj_layer *l, const tj_layer_
     if (!cl) return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory");
     cl->l = l;
     cl->cfg = cfg ? *cfg : tj_cpu_config_default();
-    if (cl->cfg.vec == 0) cl->cfg.vec = tj_cpu_host_vec();
+    tj_cpu_config_resolve(&cl->cfg, l);
     cl->mb = tj_cpu_config_mb(&cl->cfg);
     tj_status s = tj_cpu_config_check(&cl->cfg, err);
     if (s == TJ_OK) s = tj_plan_build(l, cl->cfg.vec, &cl->plan, err);
@@ -217,6 +236,7 @@ tj_status tj_cpu_layer_build(tj_cpu_jit *jit, const tj_layer *l, const tj_layer_
     s = tj_cpu_emit_module(LLVMOrcThreadSafeContextGetContext(tsc), l, &cl->plan, &cl->cfg, prefix, &mod, &cl->info, err);
     double t1 = tj_now();
     cl->emit_seconds = t1 - t0;
+    if (s == TJ_OK) dump_ir(mod, l, &cl->cfg, prefix);
     if (s == TJ_OK) {
         pthread_mutex_lock(&jit->lock);
         s = jit_add(jit, tsc, mod, cl, err);
@@ -246,7 +266,8 @@ typedef struct run_args {
 static void run_item(void *vp, int64_t i)
 {
     const run_args *a = vp;
-    int64_t slot = i / a->nchunks, c = i % a->nchunks;
+    int64_t ntiles = a->cl->l->ntiles;
+    int64_t slot = a->cl->cfg.order ? i % ntiles : i / a->nchunks, c = a->cl->cfg.order ? i / ntiles : i % a->nchunks;
     int64_t m0 = c * a->chunk, m1 = m0 + a->chunk < a->m ? m0 + a->chunk : a->m;
     a->cl->item(a->x, a->y, a->cl->wp, a->cl->bk, slot, m0, m1);
 }
