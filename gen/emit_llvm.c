@@ -224,6 +224,7 @@ typedef struct em {
     LLVMValueRef xs;            /* packed micro-kernels: the x token stride parameter */
     int packed;                 /* emitting a packed micro-kernel (offsets are r itself) */
     char *cpu, *features;
+    int oom;                    /* sticky: a table could not be built (out of memory) */
 } em;
 
 static LLVMValueRef ci64(em *e, int64_t v) { return LLVMConstInt(e->i64, (unsigned long long)v, 1); }
@@ -263,6 +264,10 @@ static LLVMValueRef const_global(em *e, const char *suffix, LLVMValueRef init)
 {
     char name[128];
     snprintf(name, sizeof name, "%s.%s", e->prefix, suffix);
+    if (!init) { /* i32_array/i64_array ran out of memory: keep emitting, fail at the end */
+        e->oom = 1;
+        init = LLVMConstNull(e->i64);
+    }
     LLVMValueRef g = LLVMAddGlobal(e->m, LLVMTypeOf(init), name);
     LLVMSetInitializer(g, init);
     LLVMSetGlobalConstant(g, 1);
@@ -977,6 +982,7 @@ tj_status tj_cpu_emit_module(LLVMContextRef llctx, const tj_layer *l, const tj_p
     tj_status s = emit_tables(&e, err);
     if (s == TJ_OK) s = emit_item(&e, info, err);
     if (s == TJ_OK) s = emit_post(&e, info, err);
+    if (s == TJ_OK && e.oom) s = tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "layer '%s': out of memory emitting IR", l->name);
     if (s == TJ_OK) {
         char *msg = NULL;
         if (LLVMVerifyModule(e.m, LLVMReturnStatusAction, &msg)) {
