@@ -96,7 +96,8 @@ void tj_tune_host_target(tj_tune_target *out);
 /* ---- database (db.c) --------------------------------------------------------------------- */
 
 /* Merged records with best-config lookup. A (target device, workload, M, config) measured more
- * than once counts with its fastest ok median; any wrong_result excludes the config for good.
+ * than once counts with the median of its ok records' medians (confirmation rounds, reruns);
+ * any wrong_result excludes the config for good.
  * The best config of a group is the one with the lowest cost per token (median / M), ties
  * broken by the config text, then by M, so the choice never depends on file order. */
 typedef struct tj_tune_db tj_tune_db;
@@ -110,9 +111,16 @@ int64_t tj_tune_db_size(const tj_tune_db *db);      /* distinct (target, workloa
 int64_t tj_tune_db_bad_lines(const tj_tune_db *db); /* malformed lines skipped while loading */
 
 /* Resume: whether (target device, workload, config) is already in the db; when it is, *status
- * and *median (fastest ok, else INFINITY) say how it went. */
+ * and *median (the first ok record's: what a search decided on, else INFINITY) say how it went. */
 int tj_tune_db_find(const tj_tune_db *db, const tj_tune_target *t, const tj_tune_workload *w,
                     const char *config, tj_tune_status *status, double *median);
+/* The cost the best-config choice uses: the median of the ok records' medians; INFINITY when
+ * none is ok, the config ever gave a wrong result, or it is not in the db. */
+double tj_tune_db_cost(const tj_tune_db *db, const tj_tune_target *t, const tj_tune_workload *w,
+                       const char *config);
+/* How many records (any status) the db holds for (target device, workload, config). */
+int64_t tj_tune_db_records(const tj_tune_db *db, const tj_tune_target *t, const tj_tune_workload *w,
+                           const char *config);
 
 /* M buckets: bucket(m) = ceil(log2 m), so 1, 2, 3–4, 5–8, …, 2049–4096 … A lookup takes the
  * tuned bucket nearest to bucket(m) (ties: the larger). */
@@ -302,6 +310,8 @@ typedef struct tj_tune_opts {
     double max_fraction;      /* adaptive: at most this fraction of a workload's space (0.3) */
     const char *configs_json; /* NULL: the built-in space; else a JSON array of configs */
     const char *layer_filter; /* NULL, or only the layer with this name */
+    int confirm_top;          /* after a workload's search, its best few configs (3) ...     */
+    int confirm_rounds;       /* ... are measured again this many interleaved rounds (3; 0: off) */
     tj_tune_measure_opts mo;
     void (*progress)(void *user, const tj_tune_progress *p);
     /* After each workload this shard searched: its best config (NULL if none ok) and how many

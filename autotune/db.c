@@ -11,7 +11,9 @@ typedef struct entry {
     tj_tune_target target;
     tj_tune_workload wl;
     char *config;
-    double best;            /* fastest ok median, INFINITY if none */
+    double best;            /* the median of the ok records' medians, INFINITY if none */
+    double first;           /* the first ok record's median: what a search decided on */
+    double *oks;            /* every ok record's median */
     int64_t n_ok, n_fail;
     int wrong;              /* any wrong_result: never chosen */
     tj_tune_status fail_status;
@@ -74,7 +76,10 @@ tj_status tj_tune_db_create(tj_tune_db **out, tj_error *err)
 void tj_tune_db_destroy(tj_tune_db *db)
 {
     if (!db) return;
-    for (int64_t i = 0; i < db->n; i++) free(db->e[i].config);
+    for (int64_t i = 0; i < db->n; i++) {
+        free(db->e[i].config);
+        free(db->e[i].oks);
+    }
     free(db->e);
     free(db->slots);
     free(db->g);
@@ -129,12 +134,24 @@ tj_status tj_tune_db_add(tj_tune_db *db, const tj_tune_record *r, tj_error *err)
         if (!(e->config = strdup(r->config))) return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory");
         e->target = r->target;
         e->wl = r->wl;
-        e->best = INFINITY;
+        e->best = e->first = INFINITY;
         *slot = db->n++;
     }
     if (r->status == TJ_TUNE_OK) {
-        e->n_ok++;
-        if (r->median < e->best) e->best = r->median;
+        double *oks = realloc(e->oks, (size_t)(e->n_ok + 1) * sizeof *oks);
+        if (!oks) return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory");
+        e->oks = oks;
+        if (!e->n_ok) e->first = r->median;
+        /* insertion keeps oks sorted: the median of repeated measurements (confirmation rounds,
+         * merged reruns) is robust to one lucky or unlucky run, and independent of order */
+        int64_t i = e->n_ok++;
+        while (i > 0 && oks[i - 1] > r->median) {
+            oks[i] = oks[i - 1];
+            i--;
+        }
+        oks[i] = r->median;
+        int64_t n = e->n_ok;
+        e->best = n % 2 ? oks[n / 2] : 0.5 * (oks[n / 2 - 1] + oks[n / 2]);
     } else {
         e->n_fail++;
         e->fail_status = r->status;
@@ -160,8 +177,23 @@ int tj_tune_db_find(const tj_tune_db *db, const tj_tune_target *t, const tj_tune
     if (!s || *s < 0) return 0;
     const entry *e = &db->e[*s];
     if (status) *status = e->wrong ? TJ_TUNE_WRONG_RESULT : e->n_ok ? TJ_TUNE_OK : e->fail_status;
-    if (median) *median = e->wrong ? INFINITY : e->best;
+    if (median) *median = e->wrong ? INFINITY : e->first;
     return 1;
+}
+
+double tj_tune_db_cost(const tj_tune_db *db, const tj_tune_target *t, const tj_tune_workload *w,
+                       const char *config)
+{
+    int64_t *s = slot_for(db, t, w, config);
+    if (!s || *s < 0 || db->e[*s].wrong) return INFINITY;
+    return db->e[*s].best;
+}
+
+int64_t tj_tune_db_records(const tj_tune_db *db, const tj_tune_target *t, const tj_tune_workload *w,
+                           const char *config)
+{
+    int64_t *s = slot_for(db, t, w, config);
+    return s && *s >= 0 ? db->e[*s].n_ok + db->e[*s].n_fail : 0;
 }
 
 int tj_tune_m_bucket(int64_t m)

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -318,7 +319,19 @@ void tj_tune_workload_of(const tj_layer *l, int64_t m, tj_tune_workload *out)
     out->m = m;
 }
 
+static tj_tune_target host_cache;
+static pthread_once_t host_once = PTHREAD_ONCE_INIT;
+static void detect_host(tj_tune_target *out);
+static void detect_host_once(void) { detect_host(&host_cache); }
+
+/* Detected once per process: every layer load asks. */
 void tj_tune_host_target(tj_tune_target *out)
+{
+    pthread_once(&host_once, detect_host_once);
+    *out = host_cache;
+}
+
+static void detect_host(tj_tune_target *out)
 {
     memset(out, 0, sizeof *out);
     copy_str(out->backend, sizeof out->backend, "cpu");

@@ -24,6 +24,8 @@ tj_tune_opts tj_tune_opts_default(void)
     o.nshards = 1;
     o.timeout_s = 60;
     o.max_fraction = 0.3;
+    o.confirm_top = 3;
+    o.confirm_rounds = 3;
     o.mo = tj_tune_measure_defaults();
     return o;
 }
@@ -68,14 +70,17 @@ static void report(sweep *sw, const wl_state *ws, int64_t i, tj_tune_status st, 
     if (sw->o->progress) sw->o->progress(sw->o->progress_user, &sw->pr);
 }
 
-/* Measures config i of the workload (or takes it from the log); *cost gets its median or
- * INFINITY. Returns TJ_OK also for failed configs; sw->stop when the budget is spent. */
-static tj_status measure(sweep *sw, wl_state *ws, int64_t i, double *cost, tj_error *err)
+/* Measures config i of the workload (or takes it from the log); *cost gets its first median or
+ * INFINITY. Round r > 0 is a confirmation: a further measurement (fresh data, seed + r) unless
+ * the log already holds r + 1 records of the config. Returns TJ_OK also for failed configs;
+ * sw->stop when the budget is spent. */
+static tj_status measure(sweep *sw, wl_state *ws, int64_t i, int round, double *cost, tj_error *err)
 {
     const char *cfg = ws->sp->json[i];
-    tj_tune_status st;
-    double med;
-    int resumed = tj_tune_db_find(sw->db, &sw->target, &ws->wl, cfg, &st, &med);
+    tj_tune_status st = TJ_TUNE_OK, now_st = TJ_TUNE_OK;
+    double med = INFINITY, now_med = INFINITY;
+    int resumed = round == 0 ? tj_tune_db_find(sw->db, &sw->target, &ws->wl, cfg, &st, &med)
+                             : tj_tune_db_records(sw->db, &sw->target, &ws->wl, cfg) >= 1 + round;
     if (resumed) {
         sw->sum->resumed++;
     } else {
@@ -98,6 +103,7 @@ static tj_status measure(sweep *sw, wl_state *ws, int64_t i, double *cost, tj_er
         } else {
             tj_tune_child c = {sw->o->exe, sw->o->pattern_path, sw->o->weights_path, ws->l->name, sw->o->backend,
                                ws->wl.m, cfg, sw->o->timeout_s, sw->o->mo};
+            c.mo.seed += (uint64_t)round;
             s = tj_tune_measure_child(&c, &r, err);
             if (s == TJ_OK) s = tj_tune_log_append(sw->o->log_path, &r, err);
         }
@@ -112,15 +118,21 @@ static tj_status measure(sweep *sw, wl_state *ws, int64_t i, double *cost, tj_er
             tj_tune_record_free(&back);
         }
         free(line);
+        now_st = r.status;
+        now_med = r.median;
         tj_tune_record_free(&r);
         TJ_TRY(s);
-        tj_tune_db_find(sw->db, &sw->target, &ws->wl, cfg, &st, &med);
         sw->sum->measured++;
-        if (st != TJ_TUNE_OK) sw->sum->failed++;
+        if (now_st != TJ_TUNE_OK) sw->sum->failed++;
         sw->new_done++;
         sw->new_seconds += tj_now() - a;
     }
+    tj_tune_db_find(sw->db, &sw->target, &ws->wl, cfg, &st, &med);
     *cost = st == TJ_TUNE_OK ? med : INFINITY;
+    if (round > 0) { /* a confirmation reports its own measurement */
+        report(sw, ws, i, resumed ? st : now_st, resumed ? *cost : now_med, resumed);
+        return TJ_OK;
+    }
     ws->looked++;
     if (*cost < ws->best || (*cost == ws->best && isfinite(*cost) && ws->best_i >= 0 &&
                              strcmp(cfg, ws->sp->json[ws->best_i]) < 0)) {
@@ -181,7 +193,7 @@ static tj_status adaptive(sweep *sw, wl_state *ws, const tj_tune_host *h, tj_err
     do {                                                                      \
         int64_t i_ = (idx);                                                   \
         seen[i_] = 1;                                                         \
-        if ((s = measure(sw, ws, i_, &cost[i_], err)) != TJ_OK) goto done;   \
+        if ((s = measure(sw, ws, i_, 0, &cost[i_], err)) != TJ_OK) goto done; \
         if (sw->stop) goto done;                                              \
         done++;                                                               \
     } while (0)
@@ -224,6 +236,50 @@ done:
     free(seen);
     free(nb);
     return s;
+}
+
+/* Confirmation: the top configs of a workload's search (by their first measurement) measured
+ * again in interleaved rounds, so the final choice among near-equal configs compares
+ * measurements taken close together in time, not one lucky run (the db's cost of a config is the
+ * median of its records). */
+static tj_status confirm(sweep *sw, wl_state *ws, tj_error *err)
+{
+    const tj_tune_space *sp = ws->sp;
+    int top = sw->o->confirm_top;
+    if (sw->o->confirm_rounds <= 0 || top < 2) return TJ_OK;
+    ranked *r = malloc((size_t)(sp->count + 1) * sizeof *r);
+    if (!r) return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory");
+    int64_t n = 0;
+    for (int64_t i = 0; i < sp->count; i++) {
+        tj_tune_status st;
+        double med;
+        if (tj_tune_db_find(sw->db, &sw->target, &ws->wl, sp->json[i], &st, &med) && st == TJ_TUNE_OK && isfinite(med))
+            r[n++] = (ranked){med, sp->json[i], i};
+    }
+    qsort(r, (size_t)n, sizeof *r, ranked_cmp);
+    if (n < top) top = (int)n;
+    tj_status s = TJ_OK;
+    for (int round = 1; top >= 2 && round <= sw->o->confirm_rounds && s == TJ_OK && !sw->stop; round++)
+        for (int j = 0; j < top && s == TJ_OK && !sw->stop; j++) {
+            double c;
+            s = measure(sw, ws, r[j].i, round, &c, err);
+        }
+    /* the workload's choice is now the db's: lowest median over records, ties by text */
+    for (int64_t j = 0; j < n && s == TJ_OK; j++) {
+        double c = tj_tune_db_cost(sw->db, &sw->target, &ws->wl, r[j].cfg);
+        if (j == 0 || c < ws->best || (c == ws->best && strcmp(r[j].cfg, ws->sp->json[ws->best_i]) < 0)) {
+            ws->best = c;
+            ws->best_i = r[j].i;
+        }
+    }
+    free(r);
+    return s;
+}
+
+static int confirms(const tj_tune_opts *o, const tj_tune_space *sp, int exhaustive)
+{
+    /* exhaustive shards each hold a slice of the configs: confirm in a final unsharded pass */
+    return o->confirm_rounds > 0 && o->confirm_top >= 2 && sp->count >= 2 && (!exhaustive || o->nshards == 1);
 }
 
 tj_status tj_tune_run(const tj_tune_opts *o, tj_tune_summary *out, tj_error *err)
@@ -297,11 +353,14 @@ tj_status tj_tune_run(const tj_tune_opts *o, tj_tune_summary *out, tj_error *err
     int64_t item = 0;
     for (int64_t w = 0; w < nws; w++) {
         const tj_tune_space *sp = ws[w].sp;
+        int64_t top = o->confirm_top < sp->count ? o->confirm_top : sp->count;
         if (use_exhaustive(o, sp)) {
             for (int64_t i = 0; i < sp->count; i++, item++)
                 if (tj_tune_shard_owns(item, o->shard, o->nshards)) sw.pr.total++;
+            if (confirms(o, sp, 1)) sw.pr.total += top * o->confirm_rounds;
         } else if (tj_tune_shard_owns(w, o->shard, o->nshards)) {
             sw.pr.total += adaptive_budget(o, sp->count);
+            if (confirms(o, sp, 0)) sw.pr.total += top * o->confirm_rounds;
         }
         if (sp->count > out->space) out->space = sp->count;
     }
@@ -315,11 +374,13 @@ tj_status tj_tune_run(const tj_tune_opts *o, tj_tune_summary *out, tj_error *err
                 if (!tj_tune_shard_owns(item, o->shard, o->nshards)) continue;
                 owned = 1;
                 double c;
-                if ((s = measure(&sw, st, i, &c, err)) != TJ_OK) break;
+                if ((s = measure(&sw, st, i, 0, &c, err)) != TJ_OK) break;
             }
+            if (s == TJ_OK && !sw.stop && confirms(o, st->sp, 1)) s = confirm(&sw, st, err);
         } else if (tj_tune_shard_owns(w, o->shard, o->nshards)) {
             owned = 1;
             s = adaptive(&sw, st, h, err);
+            if (s == TJ_OK && !sw.stop && confirms(o, st->sp, 0)) s = confirm(&sw, st, err);
         }
         if (s != TJ_OK) break;
         out->workloads += owned;

@@ -18,7 +18,7 @@ static const char *help =
     "usage: tilejit tune PATTERN --weights W.safetensors --log FILE [--backend cpu|cuda|reference]\n"
     "                    [--m 1,128,512] [--budget SECONDS] [--shard I/N] [--search auto|exhaustive|adaptive]\n"
     "                    [--fraction F] [--timeout SECONDS] [--min-time SECONDS] [--threads T]\n"
-    "                    [--layer NAME] [--configs FILE] [--arch sm_XX] [--seed S] [-v]\n"
+    "                    [--layer NAME] [--configs FILE] [--arch sm_XX] [--seed S] [--confirm R] [-v]\n"
     "       tilejit tune --best LOG...\n\n"
     "Measures candidate configs of every layer (one per distinct pattern) at each M and appends one\n"
     "JSON line per measurement to --log. Each config is built, checked against the reference on\n"
@@ -27,7 +27,9 @@ static const char *help =
     "wrong result, crashes or hangs is recorded with its status and the sweep goes on. A rerun\n"
     "skips what the log already holds. --search auto is exhaustive up to 32 configs, else adaptive\n"
     "(model-ordered seeds, then hill-climbing, measuring at most --fraction, default 0.3, of the\n"
-    "space). --budget stops the sweep after SECONDS (rerun to continue). --shard I/N measures the\n"
+    "space). Then the 3 best configs are measured again in R interleaved rounds (--confirm, 3; 0:\n"
+    "off) and a config's cost is the median of its records. --budget stops the sweep after SECONDS\n"
+    "(rerun to continue). --shard I/N measures the\n"
     "I-th of N deterministic parts (0-based); merge the logs with --best. --configs FILE replaces\n"
     "the built-in space with a JSON array of config objects.\n\n"
     "--best merges logs and prints the chosen config per layer and M bucket (powers of two).\n"
@@ -190,13 +192,14 @@ int cmd_tune(int argc, char **argv)
 {
     const char *weights = NULL, *backend = "cpu", *mlist = "1,128,512", *budget = NULL, *logp = NULL, *shard = NULL;
     const char *search = "auto", *fraction = NULL, *timeout = NULL, *min_time = NULL, *threads = NULL, *layer = NULL;
-    const char *configs = NULL, *arch = NULL, *seed = NULL, *pos[256];
+    const char *configs = NULL, *arch = NULL, *seed = NULL, *confirm = NULL, *pos[256];
     int best = 0, verbose = 0, npos;
     cli_opt opts[] = {{"weights", 1, &weights, NULL}, {"backend", 1, &backend, NULL}, {"m", 1, &mlist, NULL},
                       {"budget", 1, &budget, NULL}, {"log", 1, &logp, NULL}, {"shard", 1, &shard, NULL},
                       {"search", 1, &search, NULL}, {"fraction", 1, &fraction, NULL}, {"timeout", 1, &timeout, NULL},
                       {"min-time", 1, &min_time, NULL}, {"threads", 1, &threads, NULL}, {"layer", 1, &layer, NULL},
                       {"configs", 1, &configs, NULL}, {"arch", 1, &arch, NULL}, {"seed", 1, &seed, NULL},
+                      {"confirm", 1, &confirm, NULL},
                       {"best", 0, NULL, &best}, {"v", 0, NULL, &verbose}, {"verbose", 0, NULL, &verbose}, {0}};
     int r = cli_parse("tune", argc, argv, opts, pos, 256, &npos);
     if (r == 2) {
@@ -239,6 +242,10 @@ int cmd_tune(int argc, char **argv)
     if (threads) {
         if (cli_parse_int("tune", "threads", threads, 0, 1024, &v)) return 1;
         o.mo.threads = (int)v;
+    }
+    if (confirm) {
+        if (cli_parse_int("tune", "confirm", confirm, 0, 100, &v)) return 1;
+        o.confirm_rounds = (int)v;
     }
     if (seed) {
         if (cli_parse_int("tune", "seed", seed, 0, INT64_MAX, &v)) return 1;
