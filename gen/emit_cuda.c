@@ -211,6 +211,7 @@ void tj_cuda_layout_free(tj_cuda_layout *lay)
     if (!lay) return;
     free(lay->items);
     free(lay->words);
+    free(lay->bases);
     memset(lay, 0, sizeof *lay);
 }
 
@@ -229,7 +230,8 @@ tj_status tj_cuda_layout_build(const tj_layer *l, const tj_plan *p, const tj_cud
         return tj_fail(err, TJ_ERR_UNSUPPORTED, "layer '%s': too many tiles for the CUDA kernels", l->name);
     out->items = calloc((size_t)(nitems ? nitems : 1), sizeof *out->items);
     out->words = calloc((size_t)(nchunks ? nchunks : 1) * (size_t)out->words_per_chunk, sizeof *out->words);
-    if (!out->items || !out->words) {
+    out->bases = malloc((size_t)(nchunks ? nchunks : 1) * sizeof *out->bases);
+    if (!out->items || !out->words || !out->bases) {
         tj_cuda_layout_free(out);
         return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "layer '%s': out of memory emitting CUDA", l->name);
     }
@@ -250,9 +252,16 @@ tj_status tj_cuda_layout_build(const tj_layer *l, const tj_plan *p, const tj_cud
             it->cbase = (int32_t)cc;
             it->tile = (int32_t)t;
         }
-        for (int64_t r = 0; r < nr; r++) {
-            int64_t chunk = cc + r / c->bk, lr = r % c->bk;
-            out->words[chunk * out->words_per_chunk + lr / per] |= (uint64_t)(uint32_t)rows[r] << ((lr % per) * out->ofs_bits);
+        for (int64_t r0 = 0; r0 < nr; r0 += c->bk) {
+            int64_t chunk = cc + r0 / c->bk, n = nr - r0 < c->bk ? nr - r0 : c->bk;
+            uint64_t *w = &out->words[chunk * out->words_per_chunk];
+            /* Rows increase: the span is last - first. */
+            int narrow = c->offsets == TJ_CUDA_OFFSETS_UNROLLED && rows[r0 + n - 1] - rows[r0] < 256;
+            out->bases[chunk] = narrow ? (uint32_t)rows[r0] : TJ_CUDA_OFS_WIDE;
+            for (int64_t lr = 0; lr < n; lr++) {
+                if (narrow) w[lr / 8] |= (uint64_t)(uint32_t)(rows[r0 + lr] - rows[r0]) << (8 * (lr % 8));
+                else w[lr / per] |= (uint64_t)(uint32_t)rows[r0 + lr] << ((lr % per) * out->ofs_bits);
+            }
         }
         cc += (nr + c->bk - 1) / c->bk;
     }
@@ -511,7 +520,7 @@ static void emit_table(tj_strbuf *sb, const tj_cuda_layout *lay)
     const char *space = words * 8 + items_const <= CONST_TOTAL_MAX ? "__constant__" : "__device__ const";
     if (lay->nchunks == 0) {
         tj_sb_line(sb, "static __device__ __forceinline__ tj_ofs tj_chunk_ofs(int c)");
-        tj_sb_line(sb, "{\n    (void)c;\n    tj_ofs o;\n#pragma unroll\n    for (int i = 0; i < TJ_OFS_WORDS; ++i) o.w[i] = 0ull;\n    return o;\n}");
+        tj_sb_line(sb, "{\n    (void)c;\n    tj_ofs o;\n#pragma unroll\n    for (int i = 0; i < TJ_OFS_WORDS; ++i) o.w[i] = 0ull;\n    o.base = TJ_OFS_WIDE;\n    return o;\n}");
         return;
     }
     tj_sb_line(sb, "/* chunk c: words [c * TJ_OFS_WORDS, (c + 1) * TJ_OFS_WORDS), read once per chunk */");
@@ -527,11 +536,12 @@ static void emit_table(tj_strbuf *sb, const tj_cuda_layout *lay)
     tj_sb_line(sb, "    tj_ofs o;");
     tj_sb_line(sb, "#pragma unroll");
     tj_sb_line(sb, "    for (int i = 0; i < TJ_OFS_WORDS; ++i) o.w[i] = tj_ofs_tab[c * TJ_OFS_WORDS + i];");
+    tj_sb_line(sb, "    o.base = TJ_OFS_WIDE;");
     tj_sb_line(sb, "    return o;");
     tj_sb_line(sb, "}");
 }
 
-static void emit_unrolled(tj_strbuf *sb, const tj_cuda_layout *lay)
+static void emit_unrolled(tj_strbuf *sb, const tj_cuda_layout *lay, int bk)
 {
     int wpc = lay->words_per_chunk;
     int64_t nfn = (lay->nchunks + UNROLL_CHUNKS_PER_FN - 1) / UNROLL_CHUNKS_PER_FN;
@@ -541,6 +551,9 @@ static void emit_unrolled(tj_strbuf *sb, const tj_cuda_layout *lay)
     tj_sb_line(sb, "#define TJ_IMM4(i, a, b, c, d) \\");
     tj_sb_line(sb, "    asm(\"mov.b64 %%0, \" #a \"; mov.b64 %%1, \" #b \"; mov.b64 %%2, \" #c \"; mov.b64 %%3, \" #d \";\" \\");
     tj_sb_line(sb, "        : \"=l\"(o.w[i]), \"=l\"(o.w[i + 1]), \"=l\"(o.w[i + 2]), \"=l\"(o.w[i + 3]))");
+    tj_sb_line(sb, "#define TJ_IMM2(i, a, b) asm(\"mov.b64 %%0, \" #a \"; mov.b64 %%1, \" #b \";\" : \"=l\"(o.w[i]), \"=l\"(o.w[i + 1]))");
+    tj_sb_line(sb, "/* TJ_BASE(TJ_OFS_WIDE): 16/32-bit indices follow; any other base: a narrow chunk, bytes follow. */");
+    tj_sb_line(sb, "#define TJ_BASE(v) asm(\"mov.b32 %%0, \" #v \";\" : \"=r\"(o.base))");
     for (int64_t f = 0; f < nfn; f++) {
         int64_t c0 = f * UNROLL_CHUNKS_PER_FN, c1 = c0 + UNROLL_CHUNKS_PER_FN;
         if (c1 > lay->nchunks) c1 = lay->nchunks;
@@ -549,18 +562,25 @@ static void emit_unrolled(tj_strbuf *sb, const tj_cuda_layout *lay)
         tj_sb_line(sb, "    tj_ofs o;");
         tj_sb_line(sb, "    switch (c) {");
         for (int64_t c = c0; c < c1; c++) {
-            tj_sb_printf(sb, "    case %lld:", (long long)(c - c0));
-            for (int i = 0; i < wpc; i += 4) {
+            int narrow = lay->bases[c] != TJ_CUDA_OFS_WIDE;
+            int nw = narrow ? bk / 8 : wpc;
+            tj_sb_printf(sb, "    case %lld: TJ_BASE(0x%08x);", (long long)(c - c0), lay->bases[c]);
+            for (int i = 0; i < nw; i += 4) {
                 const uint64_t *w = &lay->words[c * wpc + i];
-                tj_sb_printf(sb, "%s TJ_IMM4(%d, 0x%016llx, 0x%016llx, 0x%016llx, 0x%016llx);",
-                             i ? "\n           " : "", i, (unsigned long long)w[0], (unsigned long long)w[1],
-                             (unsigned long long)w[2], (unsigned long long)w[3]);
+                if (nw - i >= 4)
+                    tj_sb_printf(sb, "%s TJ_IMM4(%d, 0x%016llx, 0x%016llx, 0x%016llx, 0x%016llx);",
+                                 i ? "\n           " : "", i, (unsigned long long)w[0], (unsigned long long)w[1],
+                                 (unsigned long long)w[2], (unsigned long long)w[3]);
+                else
+                    tj_sb_printf(sb, " TJ_IMM2(%d, 0x%016llx, 0x%016llx);", i, (unsigned long long)w[0],
+                                 (unsigned long long)w[1]);
             }
             tj_sb_puts(sb, " break;\n");
         }
         tj_sb_line(sb, "    default:");
         tj_sb_line(sb, "#pragma unroll");
         tj_sb_line(sb, "        for (int i = 0; i < TJ_OFS_WORDS; ++i) o.w[i] = 0ull;");
+        tj_sb_line(sb, "        o.base = TJ_OFS_WIDE;");
         tj_sb_line(sb, "    }");
         tj_sb_line(sb, "    return o;");
         tj_sb_line(sb, "}");
@@ -573,6 +593,7 @@ static void emit_unrolled(tj_strbuf *sb, const tj_cuda_layout *lay)
     tj_sb_line(sb, "    tj_ofs o;");
     tj_sb_line(sb, "#pragma unroll");
     tj_sb_line(sb, "    for (int i = 0; i < TJ_OFS_WORDS; ++i) o.w[i] = 0ull;");
+    tj_sb_line(sb, "    o.base = TJ_OFS_WIDE;");
     tj_sb_line(sb, "    return o;");
     tj_sb_line(sb, "}");
 }
@@ -610,7 +631,7 @@ tj_status tj_cuda_emit(const tj_layer *l, const tj_cuda_config *c, char **out, t
     tj_sb_init(&ew);
     emit_banner(&banner, l, c, &lay);
     emit_items(&items, &lay);
-    if (c->offsets == TJ_CUDA_OFFSETS_UNROLLED) emit_unrolled(&offs, &lay);
+    if (c->offsets == TJ_CUDA_OFFSETS_UNROLLED) emit_unrolled(&offs, &lay, c->bk);
     else emit_table(&offs, &lay);
 
     int wn = 1, wm = 1;

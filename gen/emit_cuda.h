@@ -173,17 +173,23 @@ typedef struct tj_cuda_layout {
     tj_cuda_item *items;
     int64_t nitems;
     uint64_t *words;   /* nchunks × words_per_chunk packed kept-row indices */
+    uint32_t *bases;   /* per chunk: TJ_CUDA_OFS_WIDE, or the base of a narrow chunk (unrolled) */
     int64_t nchunks;
     int ofs_bits;      /* 16 (k ≤ 65536) or 32 */
     int words_per_chunk;
 } tj_cuda_layout;
+#define TJ_CUDA_OFS_WIDE 0xffffffffu
 
 tj_status tj_cuda_layout_build(const tj_layer *l, const tj_plan *p, const tj_cuda_config *c,
                                tj_cuda_layout *out, tj_error *err);
 void tj_cuda_layout_free(tj_cuda_layout *lay);
-/* Kept-row index r (0 ≤ r < bk) of chunk `chunk`: the decoding the kernels do (tj_ofs_get). */
+/* Kept-row index r (0 ≤ r < bk) of chunk `chunk`: the decoding the kernels do (tj_ofs_get).
+ * In unrolled mode a chunk whose rows span less than 256 is narrow: a 32-bit base and one byte
+ * per row, half the immediates of the 16-bit form. */
 static inline int64_t tj_cuda_layout_row(const tj_cuda_layout *lay, int64_t chunk, int r)
 {
+    if (lay->bases[chunk] != TJ_CUDA_OFS_WIDE) /* narrow: base + 8-bit offsets, 8 per word */
+        return (int64_t)lay->bases[chunk] + (int64_t)((lay->words[chunk * lay->words_per_chunk + r / 8] >> (8 * (r % 8))) & 0xff);
     int per = 64 / lay->ofs_bits;
     uint64_t w = lay->words[chunk * lay->words_per_chunk + r / per];
     return (int64_t)((w >> ((r % per) * lay->ofs_bits)) & ((1ull << lay->ofs_bits) - 1ull));

@@ -52,8 +52,14 @@ struct tj_item {
     int cbase;      /* first chunk of the tile in the offset stream */
 };
 
-/* Packed kept-row indices of one chunk: TJ_BK indices, TJ_OFS_PER_WORD per 64-bit word. */
-struct tj_ofs { unsigned long long w[TJ_OFS_WORDS]; };
+/* Packed kept-row indices of one chunk. base == TJ_OFS_WIDE: TJ_BK indices of TJ_OFS_BITS bits,
+ * TJ_OFS_PER_WORD per 64-bit word; otherwise (a narrow chunk, unrolled mode only) index r is
+ * base + byte r of w[0 .. TJ_BK / 8): half the immediates when the chunk spans < 256 rows. */
+#define TJ_OFS_WIDE 0xffffffffu
+struct tj_ofs {
+    unsigned long long w[TJ_OFS_WORDS];
+    unsigned base;
+};
 
 static __device__ __forceinline__ float tj_f16_to_f32(tj_raw16 h)
 {
@@ -194,6 +200,13 @@ static __device__ __forceinline__ void tj_finish2(const tj_args &a, int n, int m
 /* Index k of kept row r (0 <= r < TJ_BK) of a chunk; r may vary per thread. */
 static __device__ __forceinline__ int tj_ofs_get(const tj_ofs &o, int r)
 {
+    if (o.base != TJ_OFS_WIDE) { /* uniform per chunk: no divergence */
+        unsigned long long b = o.w[0];
+#pragma unroll
+        for (int i = 1; i < TJ_BK / 8; ++i)
+            if (r / 8 == i) b = o.w[i];
+        return (int)(o.base + (unsigned)((b >> ((r % 8) * 8)) & 0xffull));
+    }
     unsigned long long w = o.w[0];
 #pragma unroll
     for (int i = 1; i < TJ_OFS_WORDS; ++i)

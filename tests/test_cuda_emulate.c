@@ -20,6 +20,8 @@ typedef struct baked {
     int64_t nitems;
     uint64_t *words;
     int64_t nwords;
+    uint32_t *bases; /* per chunk: 0xffffffff (wide) or a narrow chunk's base */
+    int64_t nbases;
     int warps_n, warps_m, ofs_bits;
 } baked;
 
@@ -54,26 +56,43 @@ static int parse_baked(const char *src, baked *b)
         }
         p = strchr(p + 1, '\n');
     }
-    cap = 1024;
-    b->words = calloc((size_t)cap, sizeof *b->words);
+    int wpc = define_int(src, "TJ_BK") / (64 / b->ofs_bits);
+    int64_t wcap = 1024 * wpc, bcap = 1024;
+    b->words = calloc((size_t)wcap, sizeof *b->words);
+    b->bases = calloc((size_t)bcap, sizeof *b->bases);
     const char *tab = strstr(src, "unsigned long long tj_ofs_tab[");
-    const char *imm = strstr(src, "#define TJ_IMM4");
-    if (tab) {
+    const char *imm = strstr(src, "#define TJ_BASE");
+    if (tab) { /* table: wide chunks of wpc words */
         const char *end = strstr(tab, "};");
         for (const char *q = strstr(tab, "= {"); q && (q = strstr(q, "0x")) && q < end; q += 2) {
-            if (b->nwords == cap) b->words = realloc(b->words, (size_t)(cap *= 2) * sizeof *b->words);
+            if (b->nwords == wcap) b->words = realloc(b->words, (size_t)(wcap *= 2) * sizeof *b->words);
             b->words[b->nwords++] = strtoull(q, NULL, 16);
         }
-    } else if (imm) {
-        const char *q = strstr(imm, "o.w[i + 3]))"); /* the end of the macro's definition */
-        for (; q && (q = strstr(q, "TJ_IMM4(")) != NULL; q += 8) {
-            int idx;
-            unsigned long long w[4];
-            if (sscanf(q, "TJ_IMM4(%d, 0x%llx, 0x%llx, 0x%llx, 0x%llx)", &idx, &w[0], &w[1], &w[2], &w[3]) != 5) continue;
-            for (int i = 0; i < 4; i++) {
-                if (b->nwords == cap) b->words = realloc(b->words, (size_t)(cap *= 2) * sizeof *b->words);
-                b->words[b->nwords++] = w[i];
+        b->nbases = b->nwords / wpc;
+        b->bases = realloc(b->bases, (size_t)(b->nbases + 1) * sizeof *b->bases);
+        for (int64_t i = 0; i < b->nbases; i++) b->bases[i] = 0xffffffffu;
+    } else if (imm) { /* unrolled: one case per chunk, in chunk order: TJ_BASE, then TJ_IMM4 / TJ_IMM2 */
+        for (const char *q = imm; (q = strstr(q, "    case ")) != NULL;) {
+            const char *end = strstr(q, "break;");
+            if (!end) break;
+            unsigned base;
+            const char *bp = strstr(q, "TJ_BASE(");
+            if (!bp || bp > end || sscanf(bp, "TJ_BASE(0x%x)", &base) != 1) return 0;
+            if (b->nbases == bcap) b->bases = realloc(b->bases, (size_t)(bcap *= 2) * sizeof *b->bases);
+            if (b->nwords + wpc > wcap) b->words = realloc(b->words, (size_t)(wcap *= 2) * sizeof *b->words);
+            uint64_t *w = b->words + b->nwords;
+            memset(w, 0, (size_t)wpc * sizeof *w);
+            for (const char *t = bp; (t = strstr(t, "TJ_IMM")) != NULL && t < end; t += 6) {
+                int idx;
+                unsigned long long v[4];
+                if (sscanf(t, "TJ_IMM4(%d, 0x%llx, 0x%llx, 0x%llx, 0x%llx)", &idx, &v[0], &v[1], &v[2], &v[3]) == 5)
+                    for (int i = 0; i < 4 && idx + i < wpc; i++) w[idx + i] = v[i];
+                else if (sscanf(t, "TJ_IMM2(%d, 0x%llx, 0x%llx)", &idx, &v[0], &v[1]) == 3)
+                    for (int i = 0; i < 2 && idx + i < wpc; i++) w[idx + i] = v[i];
             }
+            b->bases[b->nbases++] = base;
+            b->nwords += wpc;
+            q = end;
         }
     }
     return 1;
@@ -82,6 +101,7 @@ static int parse_baked(const char *src, baked *b)
 static void baked_free(baked *b)
 {
     free(b->items);
+    free(b->bases);
     free(b->words);
 }
 
@@ -127,6 +147,8 @@ static void finish(dev *d, int n, int64_t m, float acc)
 static int kept_row(const dev *d, int64_t chunk, int r)
 {
     int per = 64 / d->bk->ofs_bits, wpc = d->c->bk / per;
+    if (d->bk->bases[chunk] != 0xffffffffu) /* narrow chunk: base + byte r */
+        return (int)(d->bk->bases[chunk] + ((d->bk->words[chunk * wpc + r / 8] >> (8 * (r % 8))) & 0xff));
     uint64_t w = d->bk->words[chunk * wpc + r / per];
     return (int)((w >> ((r % per) * d->bk->ofs_bits)) & ((1ull << d->bk->ofs_bits) - 1ull));
 }
@@ -334,6 +356,7 @@ static void run_layer(dev *d)
 /* ---- cases ---- */
 
 static int g_cases = 0;
+static int64_t g_narrow = 0, g_wide = 0; /* unrolled chunks of each form seen */
 
 static void check_case(const tj_random_spec *spec, const char *cfg_json, int m)
 {
@@ -358,6 +381,14 @@ static void check_case(const tj_random_spec *spec, const char *cfg_json, int m)
     CHECKF(bk.nitems == lay.nitems, "items %lld vs %lld", (long long)bk.nitems, (long long)lay.nitems);
     CHECKF(bk.nwords == lay.nchunks * lay.words_per_chunk, "words %lld vs %lld", (long long)bk.nwords,
            (long long)(lay.nchunks * lay.words_per_chunk));
+    if (bk.nwords == lay.nchunks * lay.words_per_chunk && bk.nbases == lay.nchunks) {
+        CHECK(memcmp(bk.words, lay.words, (size_t)bk.nwords * sizeof *bk.words) == 0);
+        CHECK(lay.nchunks == 0 || memcmp(bk.bases, lay.bases, (size_t)lay.nchunks * sizeof *lay.bases) == 0);
+    }
+    for (int64_t ch = 0; ch < lay.nchunks; ch++) {
+        g_narrow += lay.bases[ch] != TJ_CUDA_OFS_WIDE;
+        g_wide += lay.bases[ch] == TJ_CUDA_OFS_WIDE && c.offsets == TJ_CUDA_OFFSETS_UNROLLED;
+    }
     /* Every tile's kept rows decode back, in order, from its chunks. */
     for (int64_t i = 0; i < lay.nitems && bk.nitems == lay.nitems; i++) {
         const tj_cuda_item *it = &bk.items[i];
@@ -478,6 +509,7 @@ int main(void)
         {.n = 96, .k = 40, .g = 48, .sparsity = 0.6, .mode = 1, .seed = 3, .ew_fraction = 0.02,
          .empty_tile_fraction = 0.4},
         {.n = 48, .k = 70000, .g = 16, .sparsity = 0.998, .mode = 1, .seed = 4}, /* 32-bit row indices */
+        {.n = 64, .k = 2000, .g = 32, .sparsity = 0.87, .mode = 1, .seed = 5}, /* narrow and wide chunks mixed */
     };
     static const int ms[] = {1, 37, 130};
     for (size_t s = 0; s < sizeof specs / sizeof *specs; s++)
@@ -486,6 +518,7 @@ int main(void)
                 if (specs[s].k > 10000 && i == 2) continue; /* keep the big-k case quick */
                 check_case(&specs[s], configs[c], ms[i]);
             }
-    printf("%d emulated cases\n", g_cases);
+    printf("%d emulated cases; unrolled chunks: %lld narrow, %lld wide\n", g_cases, (long long)g_narrow, (long long)g_wide);
+    CHECK(g_narrow > 0 && g_wide > 0);
     return tj_test_end();
 }
