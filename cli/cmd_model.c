@@ -248,6 +248,7 @@ int cmd_model(int argc, char **argv)
             tj_cli_cuda_time_layer(model, i, M, min_time, &t_tj, &t_dense, herr, sizeof herr) == 0) {
             /* device-resident timing from the CUDA runtime's hook */
         } else {
+            if (gpu && !staged && herr[0]) fprintf(stderr, "tilejit model: GPU timing hook: %s; timing through staging copies\n", herr);
             if (gpu) staged = 1;
             t_tj = measure(run_tilejit, &t, min_time);
             if (t.failed) { cli_fail("model", "%s", tj_context_error(ctx)); goto done; }
