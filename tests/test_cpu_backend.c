@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "backend_cpu.h"
+#include "safetensors.h"
 #include "random_pattern.h"
 #include "tj_test.h"
 
@@ -270,7 +271,99 @@ static void test_concurrent(tj_cpu_jit *jit, tj_pool *pool)
     free_layer(&d);
 }
 
-/* ---- 5. config JSON round trip, determinism of the IR text, errors */
+/* ---- 5. the public API: a two-layer model on the cpu backend, many threads calling tj_linear
+ * on it at once (the pool is shared: callers that find it busy run alone) */
+typedef struct api_run {
+    tj_model *m;
+    const layer_data *d;
+    int id;
+    double err;
+    int fails;
+} api_run;
+
+static void *api_hammer(void *vp)
+{
+    api_run *a = vp;
+    a->err = 0;
+    for (int it = 0; it < 20; it++) {
+        const layer_data *d = &a->d[(a->id + it) % 2];
+        int64_t m = 1 + (a->id * 37 + it * 11) % 90;
+        const tj_layer *l = &d->l;
+        float *x = malloc((size_t)(m * l->k) * sizeof *x), *y = malloc((size_t)(m * l->n) * sizeof *y);
+        float *ref = malloc((size_t)(m * l->n) * sizeof *ref);
+        tj_rng r = {(uint64_t)(a->id * 1000 + it)};
+        tj_test_fill(&r, x, m * l->k);
+        for (int64_t i = 0; i < m * l->n; i++) y[i] = NAN;
+        int64_t xs[2] = {m, l->k}, ys[2] = {m, l->n};
+        DLTensor xt = {x, {kDLCPU, 0}, 2, {kDLFloat, 32, 1}, xs, NULL, 0};
+        DLTensor yt = {y, {kDLCPU, 0}, 2, {kDLFloat, 32, 1}, ys, NULL, 0};
+        if (tj_linear(a->m, l->name, &xt, &yt, NULL) != TJ_OK) a->fails++;
+        tj_reference_linear(l, &d->lw, x, m, ref);
+        double e = tj_test_all_finite(y, m * l->n) ? tj_test_relerr(y, ref, m * l->n) : 1e9;
+        if (e > a->err) a->err = e;
+        free(x);
+        free(y);
+        free(ref);
+    }
+    return NULL;
+}
+
+static void test_public_api(void)
+{
+    char dir[] = "/tmp/tj_cpu_api_XXXXXX";
+    if (!mkdtemp(dir)) { CHECK(0); return; }
+    char pat[300], wts[300];
+    snprintf(pat, sizeof pat, "%s/p.json", dir);
+    snprintf(wts, sizeof wts, "%s/w.safetensors", dir);
+    static const wcase cs[2] = {
+        {"enc.fc1", 320, 96, 64, 0.75, 2, 0.02, 0, TJ_ACT_GELU, TJ_F32, 1},
+        {"enc.fc2", 96, 320, 32, 0.5, 1, 0, 0.2, TJ_ACT_NONE, TJ_BF16, 0},
+    };
+    layer_data d[2];
+    tj_error err;
+    if (!make_layer(&cs[0], 21, &d[0]) || !make_layer(&cs[1], 22, &d[1])) { CHECK(0); return; }
+    tj_layer ls[2] = {d[0].l, d[1].l};
+    tj_pattern p = {.nlayers = 2, .layers = ls};
+    CHECK_OK(tj_pattern_save(&p, pat, &err), &err);
+    int64_t s0[2] = {cs[0].n, cs[0].k}, b0[1] = {cs[0].n}, s1[2] = {cs[1].n, cs[1].k};
+    tj_st_out_tensor t[3] = {
+        {"enc.fc1.weight", "F32", 2, s0, d[0].w, (uint64_t)(cs[0].n * cs[0].k) * 4},
+        {"enc.fc1.bias", "F32", 1, b0, d[0].b, (uint64_t)cs[0].n * 4},
+        {"enc.fc2.weight", "BF16", 2, s1, d[1].w, (uint64_t)(cs[1].n * cs[1].k) * 2},
+    };
+    CHECK_OK(tj_st_write(wts, t, 3, NULL, &err), &err);
+    tj_options o = tj_options_default();
+    o.backend = TJ_BACKEND_CPU;
+    o.threads = 2;
+    tj_context *c = NULL;
+    tj_model *m = NULL;
+    CHECK(tj_context_create(&o, &c) == TJ_OK);
+    if (c && tj_model_load(c, pat, wts, &m) != TJ_OK) fprintf(stderr, "load: %s\n", tj_context_error(c));
+    CHECK(m != NULL);
+    if (m) {
+        CHECK(tj_context_backend(c) == TJ_BACKEND_CPU);
+        enum { NT = 8 };
+        pthread_t th[NT];
+        api_run ar[NT];
+        for (int i = 0; i < NT; i++) {
+            ar[i] = (api_run){m, d, i, 0, 0};
+            pthread_create(&th[i], NULL, api_hammer, &ar[i]);
+        }
+        for (int i = 0; i < NT; i++) {
+            pthread_join(th[i], NULL);
+            CHECKF(ar[i].fails == 0 && ar[i].err <= TOL, "thread %d: %d failed calls, relerr %g", i, ar[i].fails, ar[i].err);
+        }
+    }
+    tj_model_destroy(m);
+    tj_context_destroy(c);
+    remove(pat);
+    remove(wts);
+    rmdir(dir);
+    free_layer(&d[0]);
+    free_layer(&d[1]);
+}
+
+/* ---- 6. config JSON round trip, determinism of the IR text, errors */
 static void test_config_and_ir(void)
 {
     tj_error err;
@@ -334,6 +427,7 @@ int main(void)
     test_cases(jit, pool);
     test_threads_identical(jit, pool);
     test_concurrent(jit, pool);
+    test_public_api();
     tj_pool_destroy(pool);
     tj_cpu_jit_destroy(jit);
     return tj_test_end();
