@@ -22,6 +22,7 @@
 #include "tj_config.h"
 #if TJ_HAVE_CUBLAS
 #include <cublas_v2.h>
+#include <dlfcn.h>
 #endif
 
 static const char *help =
@@ -158,14 +159,49 @@ fail:
 }
 
 #if TJ_HAVE_CUBLAS
+/* cuBLAS is opened at run time, like the driver: every other command then starts without
+ * loading it (and cublasLt's start-up code), and tilejit runs where cuBLAS is absent. */
+static struct {
+    void *lib;
+    __typeof__(&cublasCreate) create;
+    __typeof__(&cublasDestroy) destroy;
+    __typeof__(&cublasSetStream) set_stream;
+    __typeof__(&cublasGemmEx) gemm_ex;
+    __typeof__(&cublasGetStatusString) status_string;
+} blas;
+
+static int blas_open(char *err, size_t errlen)
+{
+    static const char *names[] = {"libcublas.so.13", "libcublas.so.12", "libcublas.so"};
+    if (blas.lib) return 0;
+    for (size_t i = 0; i < sizeof names / sizeof *names && !blas.lib; i++) blas.lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    if (!blas.lib) {
+        snprintf(err, errlen, "cannot load cuBLAS for the dense baseline (%s)", dlerror());
+        return 1;
+    }
+    *(void **)&blas.create = dlsym(blas.lib, "cublasCreate_v2");
+    *(void **)&blas.destroy = dlsym(blas.lib, "cublasDestroy_v2");
+    *(void **)&blas.set_stream = dlsym(blas.lib, "cublasSetStream_v2");
+    *(void **)&blas.gemm_ex = dlsym(blas.lib, "cublasGemmEx");
+    *(void **)&blas.status_string = dlsym(blas.lib, "cublasGetStatusString");
+    if (!blas.create || !blas.destroy || !blas.set_stream || !blas.gemm_ex || !blas.status_string) {
+        snprintf(err, errlen, "cuBLAS lacks an entry point the baseline needs (cublasCreate_v2, cublasGemmEx, ...)");
+        dlclose(blas.lib);
+        memset(&blas, 0, sizeof blas);
+        return 1;
+    }
+    return 0;
+}
+
 /* cuBLAS on the same stream, created on first use (after tilejit's own checks). */
 static int gpu_blas(gpu *g, char *err, size_t errlen)
 {
     if (g->blas) return 0;
-    cublasStatus_t bs = cublasCreate(&g->blas);
-    if (bs == CUBLAS_STATUS_SUCCESS) bs = cublasSetStream(g->blas, (cudaStream_t)g->stream);
+    if (blas_open(err, errlen)) return 1;
+    cublasStatus_t bs = blas.create(&g->blas);
+    if (bs == CUBLAS_STATUS_SUCCESS) bs = blas.set_stream(g->blas, (cudaStream_t)g->stream);
     if (bs != CUBLAS_STATUS_SUCCESS) {
-        snprintf(err, errlen, "cublasCreate/cublasSetStream failed: %s", cublasGetStatusString(bs));
+        snprintf(err, errlen, "cublasCreate/cublasSetStream failed: %s", blas.status_string(bs));
         return 1;
     }
     return 0;
@@ -176,7 +212,7 @@ static void gpu_close(gpu *g)
 {
     if (!g->dev) return;
 #if TJ_HAVE_CUBLAS
-    if (g->blas) cublasDestroy(g->blas);
+    if (g->blas) blas.destroy(g->blas);
 #endif
     if (g->e0) g->dev->cu.EventDestroy(g->e0);
     if (g->e1) g->dev->cu.EventDestroy(g->e1);
@@ -213,15 +249,15 @@ static int dense_gemm(gpu *g, int fm, int64_t M, int64_t n, int64_t k, tj_dtype 
     const float one = 1.0f, zero = 0.0f;
     cublasStatus_t s;
     if (fm)
-        s = cublasGemmEx(g->blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)M, (int)n, (int)k, &one, (const void *)(uintptr_t)x,
+        s = blas.gemm_ex(g->blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)M, (int)n, (int)k, &one, (const void *)(uintptr_t)x,
                          blas_type(in), (int)ldx, (const void *)(uintptr_t)w, blas_type(in), (int)k, &zero,
                          (void *)(uintptr_t)y, blas_type(out), (int)ldy, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     else
-        s = cublasGemmEx(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)n, (int)M, (int)k, &one, (const void *)(uintptr_t)w,
+        s = blas.gemm_ex(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)n, (int)M, (int)k, &one, (const void *)(uintptr_t)w,
                          blas_type(in), (int)k, (const void *)(uintptr_t)x, blas_type(in), (int)ldx, &zero,
                          (void *)(uintptr_t)y, blas_type(out), (int)ldy, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     if (s != CUBLAS_STATUS_SUCCESS) {
-        snprintf(err, errlen, "cublasGemmEx failed: %s", cublasGetStatusString(s));
+        snprintf(err, errlen, "cublasGemmEx failed: %s", blas.status_string(s));
         return 1;
     }
     return 0;
