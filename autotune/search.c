@@ -15,6 +15,10 @@
 
 #include "autotune.h"
 #include "../runtime/model.h"
+#include "tj_config.h"
+#if TJ_HAVE_CUDA
+#include "../runtime/backend_cuda.h"
+#endif
 
 tj_tune_opts tj_tune_opts_default(void)
 {
@@ -305,11 +309,26 @@ tj_status tj_tune_run(const tj_tune_opts *o, tj_tune_summary *out, tj_error *err
     tj_tune_host_target(&sw.target);
     snprintf(sw.target.backend, sizeof sw.target.backend, "%s", o->backend);
     if (strcmp(o->backend, "cuda") == 0) {
-        /* the GPU's own name comes from the driver in the child; the parent knows the arch */
+        /* The GPU's name and sm_XX, as backend_cuda.c asks with; without a usable GPU (or in a
+         * build without CUDA) the arch given stands for both. */
         snprintf(sw.target.device, sizeof sw.target.device, "%s", o->arch ? o->arch : "sm_90");
         snprintf(sw.target.arch, sizeof sw.target.arch, "%s", o->arch ? o->arch : "sm_90");
         snprintf(sw.target.compiler, sizeof sw.target.compiler, "NVRTC");
+#if TJ_HAVE_CUDA
+        tj_cuda_device *d = NULL;
+        tj_error derr;
+        if (!o->dry_run && tj_cuda_device_open(0, &d, &derr) == TJ_OK) {
+            snprintf(sw.target.device, sizeof sw.target.device, "%.127s", d->name);
+            snprintf(sw.target.arch, sizeof sw.target.arch, "sm_%d", d->sm);
+            char desc[256];
+            tj_cuda_device_describe(d, desc, sizeof desc);
+            const char *drv = strstr(desc, "driver ");
+            snprintf(sw.target.driver, sizeof sw.target.driver, "%.63s", drv ? drv + 7 : "");
+            tj_cuda_device_close(d);
+        }
+#endif
     }
+    const char *space_arch = strcmp(o->backend, "cuda") == 0 ? sw.target.arch : o->arch;
 
     /* workloads: layers in pattern order (one per distinct pattern hash) × M in option order */
     ws = calloc((size_t)(pat->nlayers * o->nms + 1), sizeof *ws);
@@ -327,7 +346,7 @@ tj_status tj_tune_run(const tj_tune_opts *o, tj_tune_summary *out, tj_error *err
         int dup = 0;
         for (int64_t j = 0; j < li && !dup; j++) dup = pat->layers[j].hash == l->hash;
         if (dup) continue;
-        tj_tune_host_for(o->backend, o->arch, l, &hosts[nspaces]);
+        tj_tune_host_for(o->backend, space_arch, l, &hosts[nspaces]);
         s = o->configs_json ? tj_tune_space_from_list(o->backend, o->configs_json, &spaces[nspaces], err)
                             : tj_tune_space_build(o->backend, &hosts[nspaces], &spaces[nspaces], err);
         if (s != TJ_OK) {

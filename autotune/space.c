@@ -10,6 +10,7 @@
 
 #include "autotune.h"
 #include "tj_config.h"
+#include "../gen/emit_cuda.h"
 #if TJ_HAVE_LLVM
 #include "../gen/emit_llvm.h"
 #endif
@@ -69,6 +70,26 @@ static const tj_tune_axis cuda_axes[CU_NAXES] = {
 static int ival(const tj_tune_axis *axes, const int *p, int a) { return axes[a].ivals[p[a]]; }
 static const char *sval(const tj_tune_axis *axes, const int *p, int a) { return axes[a].svals[p[a]]; }
 
+/* The emitter's own rules have the last word (warp split of mma tiles, accumulators, simt
+ * feature groups): a point it would refuse never reaches NVRTC. */
+static const char *cuda_emitter_check(const tj_tune_axis *axes, const int *p)
+{
+    static _Thread_local tj_error e;
+    tj_cuda_config c;
+    memset(&c, 0, sizeof c);
+    c.tmpl = strcmp(sval(axes, p, CU_TEMPLATE), "mma") == 0 ? TJ_CUDA_TEMPLATE_MMA : TJ_CUDA_TEMPLATE_SIMT;
+    c.bm = ival(axes, p, CU_BM);
+    c.bn = ival(axes, p, CU_BN);
+    c.bk = ival(axes, p, CU_BK);
+    c.warps = ival(axes, p, CU_WARPS);
+    c.stages = c.tmpl == TJ_CUDA_TEMPLATE_MMA ? ival(axes, p, CU_STAGES) : 1;
+    c.offsets = strcmp(sval(axes, p, CU_OFFSETS), "unrolled") == 0 ? TJ_CUDA_OFFSETS_UNROLLED : TJ_CUDA_OFFSETS_TABLE;
+    c.dtype = TJ_F16;
+    c.out = TJ_F32;
+    c.x_fm = c.y_fm = 1;
+    return tj_cuda_config_check(&c, &e) == TJ_OK ? "" : e.msg;
+}
+
 void tj_tune_host_for(const char *backend, const char *arch, const tj_layer *l, tj_tune_host *out)
 {
     memset(out, 0, sizeof *out);
@@ -121,9 +142,10 @@ const char *tj_tune_space_why_invalid(const char *backend, const tj_tune_host *h
         if (!mma) {
             /* simt ignores stages; keep one point per (bm, bn, bk, warps, offsets) */
             if (stages != cuda_stages[0]) return "simt has no pipeline: stages is ignored";
-            if ((bm * bn) % threads) return "simt: bm x bn is not a multiple of the block's threads";
-            if (bm * bn / threads > 64) return "simt: more than 64 accumulators per thread";
-            return "";
+            if (bm > threads) return "simt: bm exceeds the block's threads";
+            int fg = threads / bm; /* feature groups */
+            if (bn % fg || bn / fg > 64) return "simt: bn is not a multiple of threads / bm, or more than 64 per thread";
+            return cuda_emitter_check(axes, p);
         }
         /* mma.sync m16n8k16: warps split into warps_n x warps_m with warp tiles that are multiples
          * of 16 features x 8 tokens (tj_cuda_warp_split's rule, simplified to what is checkable
@@ -137,7 +159,7 @@ const char *tj_tune_space_why_invalid(const char *backend, const tj_tune_host *h
         if (acc > 128) return snprintf(why, sizeof why, "mma: %d accumulators per thread exceed 128", acc), why;
         if (acc + 2 * (bk / 8) + 40 > h->regs_max) return "mma: register estimate exceeds the per-thread limit";
         if (stages > 2 && h->sm < 80) return "mma: cp.async pipelines need sm_80 or newer";
-        return "";
+        return cuda_emitter_check(axes, p);
     }
     return "";
 }
