@@ -237,7 +237,7 @@ int main(void)
     const char *h = "{\"fc.weight\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]}}";
     size_t hl = strlen(h);
     memset(st, ' ', sizeof st);
-    for (int i = 0; i < 8; i++) st[i] = (unsigned char)(72 >> (8 * i));
+    for (int i = 0; i < 8; i++) st[i] = (unsigned char)((uint64_t)72 >> (8 * i));
     memcpy(st + 8, h, hl);
     memcpy(st + 80, w, 24);
     put(path("fixed.st"), st, sizeof st);
