@@ -569,27 +569,6 @@ static tj_status layer_data(tj_model *m, int64_t i, tj_dtype dt, tj_cuda_data **
 
 /* ---- tensors ---- */
 
-static int dl_dtype(const DLTensor *t, tj_dtype *out)
-{
-    if (t->dtype.lanes != 1) return 0;
-    if (t->dtype.code == kDLFloat && t->dtype.bits == 32) *out = TJ_F32;
-    else if (t->dtype.code == kDLFloat && t->dtype.bits == 16) *out = TJ_F16;
-    else if (t->dtype.code == kDLBfloat && t->dtype.bits == 16) *out = TJ_BF16;
-    else return 0;
-    return 1;
-}
-
-static void strides_of(const DLTensor *t, int64_t st[2])
-{
-    if (t->strides) {
-        st[0] = t->strides[0];
-        st[1] = t->strides[1];
-    } else {
-        st[0] = t->shape[1];
-        st[1] = 1;
-    }
-}
-
 static int is_host_dev(DLDeviceType t) { return t == kDLCPU || t == kDLCUDAHost; }
 static int is_cuda_dev(DLDeviceType t) { return t == kDLCUDA || t == kDLCUDAManaged; }
 
@@ -597,7 +576,7 @@ static int is_cuda_dev(DLDeviceType t) { return t == kDLCUDA || t == kDLCUDAMana
 static tj_status device_ld(const DLTensor *t, const char *what, int64_t *ld, tj_error *err)
 {
     int64_t st[2];
-    strides_of(t, st);
+    tj_dl_strides(t, st);
     if (t->shape[0] <= 1) st[0] = st[0] > t->shape[1] ? st[0] : t->shape[1];
     if (st[1] != 1 || st[0] < t->shape[1])
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT,
@@ -675,9 +654,9 @@ static tj_status linear_staged(tj_model *m, int64_t layer, const tj_linear_args 
     }
     {
         tj_dtype sdt = TJ_F32;
-        dl_dtype(a->x, &sdt);
+        tj_dl_dtype(a->x, &sdt);
         int64_t st[2];
-        strides_of(a->x, st);
+        tj_dl_strides(a->x, st);
         const char *base = (const char *)a->x->data + a->x->byte_offset;
         for (int64_t i = 0; i < xr; i++)
             for (int64_t j = 0; j < xc; j++) {
@@ -702,7 +681,7 @@ static tj_status linear_staged(tj_model *m, int64_t layer, const tj_linear_args 
     if (s == TJ_OK) {
         tj_dtype odt = ydt;
         int64_t st[2];
-        strides_of(a->y, st);
+        tj_dl_strides(a->y, st);
         char *base = (char *)a->y->data + a->y->byte_offset;
         for (int64_t i = 0; i < yr; i++)
             for (int64_t j = 0; j < yc; j++) {
@@ -725,7 +704,7 @@ static tj_status cuda_linear(tj_model *m, int64_t layer, const tj_linear_args *a
 {
     tj_dtype xdt, ydt;
     if (!m->state) return tj_fail(err, TJ_ERR_INTERNAL, "CUDA model not loaded");
-    if (!dl_dtype(a->x, &xdt) || !dl_dtype(a->y, &ydt))
+    if (!tj_dl_dtype(a->x, &xdt) || !tj_dl_dtype(a->y, &ydt))
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "unsupported dtype");
     DLDeviceType xt = a->x->device.device_type, yt = a->y->device.device_type;
     if (!is_host_dev(xt) && !is_cuda_dev(xt))

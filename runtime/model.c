@@ -126,7 +126,7 @@ tj_status tj_model_layer_info(const tj_model *m, int64_t index, tj_layer_info *o
 
 /* --- host tensors ------------------------------------------------------------------------- */
 
-static int dl_dtype(const DLTensor *t, tj_dtype *out)
+int tj_dl_dtype(const DLTensor *t, tj_dtype *out)
 {
     if (t->dtype.lanes != 1) return 0;
     if (t->dtype.code == kDLFloat && t->dtype.bits == 32) *out = TJ_F32;
@@ -136,8 +136,7 @@ static int dl_dtype(const DLTensor *t, tj_dtype *out)
     return 1;
 }
 
-/* Element strides of a 2-D tensor (compact row-major when strides is NULL). */
-static void strides_of(const DLTensor *t, int64_t st[2])
+void tj_dl_strides(const DLTensor *t, int64_t st[2])
 {
     if (t->strides) {
         st[0] = t->strides[0];
@@ -159,7 +158,7 @@ static tj_status check_tensor(const DLTensor *t, const char *what, int64_t r, in
     tj_dtype d = TJ_F32;
     if (!t || !t->data) return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "%s: NULL tensor or data", what);
     if (t->ndim != 2) return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "%s: expected a 2-D tensor, got %d-D", what, t->ndim);
-    if (!dl_dtype(t, &d) || (out && d == TJ_BF16))
+    if (!tj_dl_dtype(t, &d) || (out && d == TJ_BF16))
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "%s: unsupported dtype (code %d, %d bits, %d lanes); expected float32%s",
                        what, t->dtype.code, t->dtype.bits, t->dtype.lanes, out ? " or float16" : ", float16 or bfloat16");
     if (t->shape[0] != r || t->shape[1] != c)
@@ -173,9 +172,9 @@ static tj_status check_tensor(const DLTensor *t, const char *what, int64_t r, in
 static void gather_f32(const DLTensor *t, int transposed, int64_t rows, int64_t cols, float *dst)
 {
     tj_dtype d = TJ_F32;
-    dl_dtype(t, &d);
+    tj_dl_dtype(t, &d);
     int64_t st[2];
-    strides_of(t, st);
+    tj_dl_strides(t, st);
     const char *base = (const char *)t->data + t->byte_offset;
     for (int64_t i = 0; i < rows; i++)
         for (int64_t j = 0; j < cols; j++) {
@@ -187,9 +186,9 @@ static void gather_f32(const DLTensor *t, int transposed, int64_t rows, int64_t 
 static void scatter_f32(const float *src, int transposed, int64_t rows, int64_t cols, DLTensor *t)
 {
     tj_dtype d = TJ_F32;
-    dl_dtype(t, &d);
+    tj_dl_dtype(t, &d);
     int64_t st[2];
-    strides_of(t, st);
+    tj_dl_strides(t, st);
     char *base = (char *)t->data + t->byte_offset;
     for (int64_t i = 0; i < rows; i++)
         for (int64_t j = 0; j < cols; j++) {
@@ -207,8 +206,8 @@ static int direct_f32(const DLTensor *t, int transposed)
 {
     tj_dtype d = TJ_F32;
     int64_t st[2];
-    strides_of(t, st);
-    return !transposed && dl_dtype(t, &d) && d == TJ_F32 && st[1] == 1 && st[0] == t->shape[1];
+    tj_dl_strides(t, st);
+    return !transposed && tj_dl_dtype(t, &d) && d == TJ_F32 && st[1] == 1 && st[0] == t->shape[1];
 }
 
 static tj_status linear_host(tj_model *m, int64_t layer, tj_linear_args *a, tj_error *err)

@@ -98,6 +98,11 @@ tj_status tj_context_set_config(tj_context *c, const char *json, tj_error *err);
 const char *tj_context_config_for(tj_context *c, const char *backend, const char *device,
                                   const char *arch, const tj_layer *l, int64_t m);
 
+/* DLTensor helpers shared by model.c and the backends: the element type (0 if unsupported)
+ * and the element strides of a 2-D tensor (compact row-major when strides is NULL). */
+int tj_dl_dtype(const DLTensor *t, tj_dtype *out);
+void tj_dl_strides(const DLTensor *t, int64_t st[2]);
+
 /* Monotonic seconds. */
 double tj_now(void);
 
