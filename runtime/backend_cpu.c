@@ -263,11 +263,23 @@ typedef struct run_args {
     int64_t m, nchunks, chunk;
 } run_args;
 
+/* Chunk-major items (order 1): position p of a chunk runs slot 2p for the first half, 2p' + 1
+ * after, so the items two threads run at once are about ntiles/2 slots apart, not neighbours.
+ * Neighbouring slots (the same cost: column neighbours) write neighbouring features of the
+ * same token rows, and a y that is not 64-byte aligned (malloc: 16) shares a cache line per
+ * row at every tile edge: run side by side, they bounced those lines between the cores. */
+static int64_t spread_slot(int64_t p, int64_t ntiles)
+{
+    int64_t half = (ntiles + 1) / 2;
+    return p < half ? 2 * p : 2 * (p - half) + 1;
+}
+
 static void run_item(void *vp, int64_t i)
 {
     const run_args *a = vp;
     int64_t ntiles = a->cl->l->ntiles;
-    int64_t slot = a->cl->cfg.order ? i % ntiles : i / a->nchunks, c = a->cl->cfg.order ? i / ntiles : i % a->nchunks;
+    int64_t slot = a->cl->cfg.order ? spread_slot(i % ntiles, ntiles) : i / a->nchunks,
+            c = a->cl->cfg.order ? i / ntiles : i % a->nchunks;
     int64_t m0 = c * a->chunk, m1 = m0 + a->chunk < a->m ? m0 + a->chunk : a->m;
     a->cl->item(a->x, a->y, a->cl->wp, a->cl->bk, slot, m0, m1);
 }
