@@ -127,6 +127,15 @@ static void run_dense(void *vp)
 }
 #endif
 
+/* Buffers aligned to a cache line, as NumPy, PyTorch and OpenBLAS allocate them: with malloc's
+ * 16-byte alignment a vector store to y splits across two lines and tiles written by different
+ * threads share lines at their edges. Both tilejit and OpenBLAS get the same buffers. */
+static float *alloc_floats(int64_t n)
+{
+    size_t bytes = ((size_t)n * sizeof(float) + 63) / 64 * 64;
+    return aligned_alloc(64, bytes ? bytes : 64);
+}
+
 /* One sparsity point. Returns 0, or 1 after printing a message. */
 static int bench_point(const char *C, const bopts *o, double s, tj_cpu_jit *jit, tj_pool *pool, bresult *res)
 {
@@ -137,8 +146,8 @@ static int bench_point(const char *C, const bopts *o, double s, tj_cpu_jit *jit,
     memset(res, 0, sizeof *res);
     res->sparsity = s;
     if (tj_random_layer(&sp, "bench", &l, &err) != TJ_OK) return cli_fail(C, "%s", err.msg);
-    float *w = malloc((size_t)(o->n * o->k) * sizeof *w), *x = malloc((size_t)(o->m * o->k) * sizeof *x);
-    float *y = malloc((size_t)(o->m * o->n) * sizeof *y), *ref = malloc((size_t)(o->m * o->n) * sizeof *ref);
+    float *w = alloc_floats(o->n * o->k), *x = alloc_floats(o->m * o->k);
+    float *y = alloc_floats(o->m * o->n), *ref = alloc_floats(o->m * o->n);
     tj_cpu_layer *cl = NULL;
     if (!w || !x || !y || !ref) {
         cli_fail(C, "out of memory for %lld × %lld data", (long long)o->m, (long long)o->n);
