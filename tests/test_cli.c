@@ -11,46 +11,21 @@
 #include "pattern.h"
 #include "random_pattern.h"
 #include "safetensors.h"
+#include "cli_run.h"
 #include "tj_test.h"
 
 static const char *tilejit, *fixtures;
 static char tmp[256];
 static char err_text[1 << 16];
 
-/* Runs tilejit with args (NULL-terminated); stdout to /dev/null, stderr captured into err_text.
- * Returns the exit code, or 128 + signal. */
+/* Runs tilejit with args (NULL-terminated), under valgrind when TJ_VALGRIND=1; stderr kept in
+ * err_text. Returns the exit code, or 128 + signal. */
 static int run(const char *const *args)
 {
     char errpath[512];
     snprintf(errpath, sizeof errpath, "%s/stderr.txt", tmp);
-    const char *argv[64];
-    int n = 0;
     const char *vg = getenv("TJ_VALGRIND");
-    if (vg && *vg == '1') {
-        argv[n++] = "valgrind";
-        argv[n++] = "-q";
-        argv[n++] = "--error-exitcode=99";
-        argv[n++] = "--leak-check=full";
-        argv[n++] = "--errors-for-leak-kinds=definite,indirect";
-    }
-    argv[n++] = tilejit;
-    for (int i = 0; args[i]; i++) argv[n++] = args[i];
-    argv[n] = NULL;
-    pid_t pid = fork();
-    if (pid == 0) {
-        int devnull = open("/dev/null", O_WRONLY), e = open(errpath, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        dup2(devnull, 1);
-        dup2(e, 2);
-        execvp(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    int status = 0;
-    waitpid(pid, &status, 0);
-    FILE *f = fopen(errpath, "rb");
-    size_t got = f ? fread(err_text, 1, sizeof err_text - 1, f) : 0;
-    err_text[got] = '\0';
-    if (f) fclose(f);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return tj_test_run_cli(tilejit, args, vg && *vg == '1', errpath, err_text, sizeof err_text);
 }
 
 #define EXPECT_FAIL(fragment, ...)                                                                 \

@@ -12,6 +12,7 @@
 
 #include "npy.h"
 #include "pattern.h"
+#include "cli_run.h"
 #include "tj_test.h"
 
 static const char *tilejit, *corpus;
@@ -22,33 +23,7 @@ static int run(const char *const *args)
 {
     char errpath[512];
     snprintf(errpath, sizeof errpath, "%s/stderr.txt", tmp);
-    const char *argv[64];
-    int n = 0;
-    if (valgrind) {
-        argv[n++] = "valgrind";
-        argv[n++] = "-q";
-        argv[n++] = "--error-exitcode=99";
-        argv[n++] = "--leak-check=full";
-        argv[n++] = "--errors-for-leak-kinds=definite,indirect";
-    }
-    argv[n++] = tilejit;
-    for (int i = 0; args[i]; i++) argv[n++] = args[i];
-    argv[n] = NULL;
-    pid_t pid = fork();
-    if (pid == 0) {
-        int devnull = open("/dev/null", O_WRONLY), e = open(errpath, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        dup2(devnull, 1);
-        dup2(e, 2);
-        execvp(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    int status = 0;
-    waitpid(pid, &status, 0);
-    FILE *f = fopen(errpath, "rb");
-    size_t got = f ? fread(err_text, 1, sizeof err_text - 1, f) : 0;
-    err_text[got] = '\0';
-    if (f) fclose(f);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return tj_test_run_cli(tilejit, args, valgrind, errpath, err_text, sizeof err_text);
 }
 
 /* Exit 0, or 1 with exactly one line on stderr. */

@@ -14,6 +14,7 @@
 #include "autotune.h"
 #include "model.h"
 #include "random_pattern.h"
+#include "cli_run.h"
 #include "tj_test.h"
 
 static char dir[512];
@@ -318,29 +319,6 @@ static void write_model(void)
     tj_layer_free(&ls[1]);
 }
 
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...)
-{
-    char cmd[8192];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    int rc = system(cmd);
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
-
-static int64_t count_lines(const char *path, const char *needle)
-{
-    FILE *f = fopen(path, "r");
-    if (!f) return -1;
-    char line[65536];
-    int64_t n = 0;
-    while (fgets(line, sizeof line, f))
-        if (!needle || strstr(line, needle)) n++;
-    fclose(f);
-    return n;
-}
 
 static void test_failures(void)
 {
@@ -353,36 +331,36 @@ static void test_failures(void)
           f);
     fclose(f);
     unlink(logp);
-    int rc = sh("'%s' tune '%s' --weights '%s' --backend reference --configs '%s' --m 5 --layer b --timeout 5 "
+    int rc = tj_test_sh("'%s' tune '%s' --weights '%s' --backend reference --configs '%s' --m 5 --layer b --timeout 5 "
                 "--min-time 0.01 --log '%s' > '%s' 2>&1",
                 exe, pattern_path, weights_path, cfgs, logp, out);
     CHECKF(rc == 0, "tune exited %d (see %s)", rc, out);
     /* 6 configs, then the 2 that ran correctly confirmed in 3 more rounds each */
-    CHECK(count_lines(logp, NULL) == 12);
-    CHECK(count_lines(logp, "\"status\":\"compile_error\"") == 1);
-    CHECK(count_lines(logp, "\"status\":\"launch_error\"") == 1);
-    CHECK(count_lines(logp, "\"status\":\"timeout\"") == 1);
-    CHECK(count_lines(logp, "\"status\":\"wrong_result\"") == 1);
-    CHECK(count_lines(logp, "\"status\":\"ok\"") == 8);
-    CHECK(count_lines(logp, "SIGSEGV") == 1);
-    CHECKF(count_lines(out, "measured 12 (4 failed)") == 1, "see %s", out);
+    CHECK(tj_test_count_lines(logp, NULL) == 12);
+    CHECK(tj_test_count_lines(logp, "\"status\":\"compile_error\"") == 1);
+    CHECK(tj_test_count_lines(logp, "\"status\":\"launch_error\"") == 1);
+    CHECK(tj_test_count_lines(logp, "\"status\":\"timeout\"") == 1);
+    CHECK(tj_test_count_lines(logp, "\"status\":\"wrong_result\"") == 1);
+    CHECK(tj_test_count_lines(logp, "\"status\":\"ok\"") == 8);
+    CHECK(tj_test_count_lines(logp, "SIGSEGV") == 1);
+    CHECKF(tj_test_count_lines(out, "measured 12 (4 failed)") == 1, "see %s", out);
     /* resume: a torn line at the end, then the same command measures nothing new */
     f = fopen(logp, "a");
     fputs("{\"format\":\"tilejit-tune\",\"ver", f);
     fclose(f);
-    rc = sh("'%s' tune '%s' --weights '%s' --backend reference --configs '%s' --m 5 --layer b --timeout 5 "
+    rc = tj_test_sh("'%s' tune '%s' --weights '%s' --backend reference --configs '%s' --m 5 --layer b --timeout 5 "
             "--min-time 0.01 --log '%s' > '%s' 2>&1",
             exe, pattern_path, weights_path, cfgs, logp, out);
     CHECK(rc == 0);
-    CHECKF(count_lines(out, "measured 0 (0 failed), 12 already") == 1, "see %s", out);
+    CHECKF(tj_test_count_lines(out, "measured 0 (0 failed), 12 already") == 1, "see %s", out);
     /* --best: never a failed config */
-    rc = sh("'%s' tune --best '%s' > '%s' 2>&1", exe, logp, out);
-    CHECK(rc == 0 && count_lines(out, "_inject") == 0 && count_lines(out, "malformed") == 1);
-    CHECK(count_lines(out, "2/6") == 1);
+    rc = tj_test_sh("'%s' tune --best '%s' > '%s' 2>&1", exe, logp, out);
+    CHECK(rc == 0 && tj_test_count_lines(out, "_inject") == 0 && tj_test_count_lines(out, "malformed") == 1);
+    CHECK(tj_test_count_lines(out, "2/6") == 1);
     /* a run that cannot measure at all stops with one clear message */
-    rc = sh("'%s' tune '%s' --weights '%s/nope.safetensors' --backend reference --m 5 --log '%s/x.jsonl' > '%s' 2>&1",
+    rc = tj_test_sh("'%s' tune '%s' --weights '%s/nope.safetensors' --backend reference --m 5 --log '%s/x.jsonl' > '%s' 2>&1",
             exe, pattern_path, dir, dir, out);
-    CHECK(rc == 1 && count_lines(out, "nope.safetensors") >= 1);
+    CHECK(rc == 1 && tj_test_count_lines(out, "nope.safetensors") >= 1);
 }
 
 /* (layer, M, config) chosen per group of the merged logs */
@@ -418,7 +396,7 @@ static void test_shards(const char *search, const char *extra)
     /* every measurement is a fresh process (~0.4 s to start where tilejit links cuBLAS): keep
      * the sweeps small: one confirmation round */
     const char *common = "--backend cpu --m 3,20 --min-time 0 --timeout 60 --confirm 1";
-    int rc = sh("TILEJIT_TUNE_FAKE_TIME=1 '%s' tune '%s' --weights '%s' %s --search %s %s --log '%s' > /dev/null",
+    int rc = tj_test_sh("TILEJIT_TUNE_FAKE_TIME=1 '%s' tune '%s' --weights '%s' %s --search %s %s --log '%s' > /dev/null",
                 exe, pattern_path, weights_path, common, search, extra, one);
     CHECK(rc == 0);
     /* four shards as separate processes at once */
@@ -433,8 +411,8 @@ static void test_shards(const char *search, const char *extra)
                         exe, pattern_path, weights_path, common, search, extra, i, shard[i]);
     }
     snprintf(cmd + off, sizeof cmd - (size_t)off, "wait)");
-    CHECK(sh("%s", cmd) == 0);
-    for (int i = 0; i < 4; i++) CHECKF(count_lines(shard[i], NULL) > 0, "shard %d measured nothing", i);
+    CHECK(tj_test_sh("%s", cmd) == 0);
+    for (int i = 0; i < 4; i++) CHECKF(tj_test_count_lines(shard[i], NULL) > 0, "shard %d measured nothing", i);
     picks a, b;
     const char *l1[1] = {one}, *l4[4] = {shard[0], shard[1], shard[2], shard[3]};
     best_of(l1, 1, &a);
@@ -449,11 +427,11 @@ static void test_shards(const char *search, const char *extra)
         char merged[700], out[700];
         snprintf(merged, sizeof merged, "%s/merged.jsonl", dir);
         snprintf(out, sizeof out, "%s/merged.out", dir);
-        CHECK(sh("cat '%s' '%s' '%s' '%s' > '%s'", shard[0], shard[1], shard[2], shard[3], merged) == 0);
-        CHECK(sh("TILEJIT_TUNE_FAKE_TIME=1 '%s' tune '%s' --weights '%s' %s --search %s %s --log '%s' > '%s'", exe,
+        CHECK(tj_test_sh("cat '%s' '%s' '%s' '%s' > '%s'", shard[0], shard[1], shard[2], shard[3], merged) == 0);
+        CHECK(tj_test_sh("TILEJIT_TUNE_FAKE_TIME=1 '%s' tune '%s' --weights '%s' %s --search %s %s --log '%s' > '%s'", exe,
                  pattern_path, weights_path, common, search, extra, merged, out) == 0);
-        CHECKF(count_lines(out, "measured 12 (0 failed)") == 1, "see %s", out);
-        CHECK(count_lines(merged, NULL) == count_lines(one, NULL));
+        CHECKF(tj_test_count_lines(out, "measured 12 (0 failed)") == 1, "see %s", out);
+        CHECK(tj_test_count_lines(merged, NULL) == tj_test_count_lines(one, NULL));
         best_of((const char *const[]){merged}, 1, &b);
         for (int i = 0; i < a.n && i < b.n; i++) CHECK(strcmp(a.rows[i], b.rows[i]) == 0);
     }
@@ -476,7 +454,7 @@ static void test_adaptive_bound(void)
     for (int i = 0; i < pk.n; i++)
         CHECKF(pk.measured[i] > 0 && pk.measured[i] <= (int64_t)floor(0.03 * (double)s.count), "%s: measured %lld of %lld",
                pk.rows[i], (long long)pk.measured[i], (long long)s.count);
-    CHECK(count_lines(logp, s.json[s.default_index]) >= 4); /* the default, in every workload */
+    CHECK(tj_test_count_lines(logp, s.json[s.default_index]) >= 4); /* the default, in every workload */
     tj_tune_space_free(&s);
 }
 
@@ -509,6 +487,6 @@ int main(void)
         test_shards("adaptive", "--fraction 0.03"); /* 3 %: the test's children stay few */
         test_adaptive_bound();
     }
-    if (!tj_test_failures) sh("rm -rf '%s'", dir);
+    if (!tj_test_failures) tj_test_sh("rm -rf '%s'", dir);
     return tj_test_end();
 }

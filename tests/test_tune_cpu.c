@@ -13,30 +13,9 @@
 #include "model.h"
 #include "npy.h"
 #include "random_pattern.h"
+#include "cli_run.h"
 #include "tj_test.h"
 
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...)
-{
-    char cmd[8192];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    int rc = system(cmd);
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
-
-static int64_t grep(const char *path, const char *needle)
-{
-    FILE *f = fopen(path, "r");
-    if (!f) return -1;
-    char line[65536];
-    int64_t n = 0;
-    while (fgets(line, sizeof line, f)) n += strstr(line, needle) != NULL;
-    fclose(f);
-    return n;
-}
 
 int main(void)
 {
@@ -75,24 +54,24 @@ int main(void)
           "{\"mb\":0,\"mr\":4,\"nr\":16,\"offsets\":\"unrolled\",\"unroll\":8},"
           "{\"mr\":16,\"nr\":64},{\"mr\":2,\"nr\":16,\"_inject\":\"wrong\"},{\"mr\":6,\"nr\":16,\"_inject\":\"hang\"}]", f);
     fclose(f);
-    int rc = sh("'%s' tune '%s' --weights '%s' --backend cpu --configs '%s' --m 40 --timeout 10 --min-time 0.02 "
+    int rc = tj_test_sh("'%s' tune '%s' --weights '%s' --backend cpu --configs '%s' --m 40 --timeout 10 --min-time 0.02 "
                 "--log '%s' > '%s' 2>&1", exe, pat, wts, cfgs, logp, out);
     CHECKF(rc == 0, "tune failed: see %s", out);
     /* the two good configs, then confirmed in 3 more rounds each */
-    CHECK(grep(logp, "\"status\":\"ok\"") == 8);
-    CHECK(grep(logp, "\"status\":\"compile_error\"") == 1 && grep(logp, "vector registers") == 1);
-    CHECK(grep(logp, "\"status\":\"wrong_result\"") == 1);
-    CHECK(grep(logp, "\"status\":\"timeout\"") == 1);
-    CHECK(grep(logp, "\"compiler\":\"LLVM 19") == 11);
+    CHECK(tj_test_count_lines(logp, "\"status\":\"ok\"") == 8);
+    CHECK(tj_test_count_lines(logp, "\"status\":\"compile_error\"") == 1 && tj_test_count_lines(logp, "vector registers") == 1);
+    CHECK(tj_test_count_lines(logp, "\"status\":\"wrong_result\"") == 1);
+    CHECK(tj_test_count_lines(logp, "\"status\":\"timeout\"") == 1);
+    CHECK(tj_test_count_lines(logp, "\"compiler\":\"LLVM 19") == 11);
 
     /* run with the log: the tuned config is used (-v says which) and the result is right */
     float *x = malloc(40 * 192 * sizeof *x);
     tj_test_fill(&rng, x, 40 * 192);
     CHECK_OK(tj_npy_write(xin, TJ_F32, 40, 192, x, &err), &err);
-    rc = sh("'%s' run '%s' --weights '%s' --layer fc --input '%s' --output '%s' --backend cpu --tuning-log '%s' -v "
+    rc = tj_test_sh("'%s' run '%s' --weights '%s' --layer fc --input '%s' --output '%s' --backend cpu --tuning-log '%s' -v "
             "> '%s' 2>&1", exe, pat, wts, xin, yout, logp, out);
     CHECK(rc == 0);
-    CHECKF(grep(out, "tuning: layer 'fc'") == 1 && grep(out, "match: device, pattern") == 1, "see %s", out);
+    CHECKF(tj_test_count_lines(out, "tuning: layer 'fc'") == 1 && tj_test_count_lines(out, "match: device, pattern") == 1, "see %s", out);
     tj_npy y = {0};
     CHECK_OK(tj_npy_read(yout, &y, &err), &err);
     float *yref = malloc(40 * 256 * sizeof *yref);
@@ -101,13 +80,13 @@ int main(void)
     CHECK(y.data && y.rows == 40 && y.cols == 256 && tj_test_relerr(y.data, yref, 40 * 256) < 1e-5);
     tj_npy_free(&y);
     /* a missing log is one clear error */
-    rc = sh("'%s' run '%s' --weights '%s' --layer fc --input '%s' --output '%s' --backend cpu --tuning-log '%s/none' "
+    rc = tj_test_sh("'%s' run '%s' --weights '%s' --layer fc --input '%s' --output '%s' --backend cpu --tuning-log '%s/none' "
             "> '%s' 2>&1", exe, pat, wts, xin, yout, dir, out);
-    CHECK(rc == 1 && grep(out, "none") == 1);
+    CHECK(rc == 1 && tj_test_count_lines(out, "none") == 1);
     free(x);
     free(yref);
     free(w);
     tj_layer_free(&l);
-    if (!tj_test_failures) sh("rm -rf '%s'", dir);
+    if (!tj_test_failures) tj_test_sh("rm -rf '%s'", dir);
     return tj_test_end();
 }
