@@ -14,9 +14,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "autotune.h"
-#include "../runtime/model.h"
-#include "../gen/rng.h"
+#include "autotune/autotune.h"
+#include "runtime/model.h"
+#include "base/rng.h"
 
 extern char **environ;
 

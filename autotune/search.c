@@ -13,11 +13,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "autotune.h"
-#include "../runtime/model.h"
+#include "autotune/autotune.h"
+#include "runtime/model.h"
 #include "tj_config.h"
 #if TJ_HAVE_CUDA
-#include "../runtime/backend_cuda.h"
+#include "runtime/backend_cuda.h"
 #endif
 
 tj_tune_opts tj_tune_opts_default(void)

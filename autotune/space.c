@@ -8,11 +8,11 @@
 
 #include <jansson.h>
 
-#include "autotune.h"
+#include "autotune/autotune.h"
 #include "tj_config.h"
-#include "../gen/emit_cuda.h"
+#include "gen/emit_cuda.h"
 #if TJ_HAVE_LLVM
-#include "../gen/emit_llvm.h"
+#include "gen/emit_llvm.h"
 #endif
 
 /* ---- CPU (gen/emit_llvm.h: mr, nr, offsets, unroll, mb, kc; vec resolved to the host's) --- */

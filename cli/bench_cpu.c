@@ -14,12 +14,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "autotune.h"
-#include "backend_cpu.h"
-#include "bench_cpu.h"
-#include "cli.h"
-#include "random_pattern.h"
-#include "rng.h"
+#include "autotune/autotune.h"
+#include "base/host.h"
+#include "runtime/backend_cpu.h"
+#include "cli/bench_cpu.h"
+#include "cli/cli.h"
+#include "pattern/random.h"
+#include "base/rng.h"
 #include "tj_config.h"
 #if TJ_HAVE_OPENBLAS
 #include <cblas.h>
@@ -359,7 +360,7 @@ int bench_cpu(int argc, char **argv)
     }
     if (cf) fprintf(cf, "m,n,k,g,mode,sparsity,density,threads,tilejit_ms,speedup,dense_ms,kept_gflops,dense_gflops,jit_ms,relerr,config\n");
     printf("tilejit bench: cpu %s, M=%lld N=%lld K=%lld g=%lld tw%d, %d thread(s), seed %llu, %s clock\n",
-           tj_cpu_jit_host_name(), (long long)o.m, (long long)o.n, (long long)o.k, (long long)o.g, o.mode, o.threads,
+           tj_host_cpu_name(), (long long)o.m, (long long)o.n, (long long)o.k, (long long)o.g, o.mode, o.threads,
            (unsigned long long)o.seed, o.thread_clock ? "thread CPU" : "wall");
     printf("%-6s %-8s %11s %11s %9s %9s %8s %7s %8s %9s\n", "sparse", "density", "tilejit_ms", "dense_ms", "kept_GF/s",
            "dense_GF/s", "speedup", "ideal", "jit_ms", "relerr");

@@ -1,4 +1,4 @@
-/* `tilejit bench --backend cuda`: one random tile-wise layer (gen/random_pattern.c, the CPU
+/* `tilejit bench --backend cuda`: one random tile-wise layer (pattern/random.c, the CPU
  * bench's generator) compiled for this GPU, timed with CUDA events against dense cublasGemmEx on
  * tensor cores over the same data, and checked against the reference. Also the GPU timing hook
  * of `tilejit model`.
@@ -14,11 +14,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend_cuda.h"
-#include "bench_cuda.h"
-#include "cli.h"
-#include "random_pattern.h"
-#include "rng.h"
+#include "runtime/backend_cuda.h"
+#include "cli/bench_cuda.h"
+#include "cli/cli.h"
+#include "pattern/random.h"
+#include "base/rng.h"
 #include "tj_config.h"
 #if TJ_HAVE_CUBLAS
 #include <cublas_v2.h>

@@ -3,13 +3,13 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cli.h"
+#include "cli/cli.h"
 #include "tj_config.h"
 #if TJ_HAVE_LLVM
-#include "bench_cpu.h"
+#include "cli/bench_cpu.h"
 #endif
 #if TJ_HAVE_CUDA
-#include "bench_cuda.h"
+#include "cli/bench_cuda.h"
 #endif
 
 static const char *help =

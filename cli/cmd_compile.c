@@ -6,12 +6,12 @@
 #include <string.h>
 #include <time.h>
 
-#include "cli.h"
-#include "emit_cuda.h"
-#include "pattern.h"
+#include "cli/cli.h"
+#include "gen/emit_cuda.h"
+#include "pattern/pattern.h"
 #include "tj_config.h"
 #if TJ_HAVE_CUDA
-#include "nvrtc.h"
+#include "jit/nvrtc.h"
 #endif
 
 static const char *help =

@@ -4,12 +4,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
-#include "emit_cuda.h"
-#include "pattern.h"
+#include "cli/cli.h"
+#include "gen/emit_cuda.h"
+#include "pattern/pattern.h"
 #include "tj_config.h"
 #if TJ_HAVE_LLVM
-#include "emit_llvm.h"
+#include "gen/emit_llvm.h"
 #endif
 
 static const char *help =

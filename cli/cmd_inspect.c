@@ -2,9 +2,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cli.h"
-#include "pattern.h"
-#include "safetensors.h"
+#include "cli/cli.h"
+#include "pattern/pattern.h"
+#include "base/safetensors.h"
 
 static const char *help =
     "usage: tilejit inspect PATTERN [--weights W.safetensors]\n\n"

@@ -9,9 +9,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cli.h"
-#include "model.h"
-#include "rng.h"
+#include "cli/cli.h"
+#include "runtime/model.h"
+#include "base/rng.h"
 #include "tj_config.h"
 #if TJ_HAVE_OPENBLAS
 #include <cblas.h>

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "cli.h"
+#include "cli/cli.h"
 #include "prune/prune.h"
 
 static const char *help =

@@ -3,9 +3,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
-#include "model.h"
-#include "npy.h"
+#include "cli/cli.h"
+#include "runtime/model.h"
+#include "base/npy.h"
 
 static const char *help =
     "usage: tilejit run PATTERN --weights W.safetensors --layer NAME --input X.npy --output Y.npy\n"

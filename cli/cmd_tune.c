@@ -10,9 +10,9 @@
 
 #include <jansson.h>
 
-#include "autotune.h"
-#include "cli.h"
-#include "model.h"
+#include "autotune/autotune.h"
+#include "cli/cli.h"
+#include "runtime/model.h"
 
 static const char *help =
     "usage: tilejit tune PATTERN --weights W.safetensors --log FILE [--backend cpu|cuda|reference]\n"

@@ -1,7 +1,7 @@
 /* Stage 4 (GPU) of parse → validate → plan → emit: fills the CUDA C templates of templates/ from a
  * layer, its plan and a tj_cuda_config. Also the config's JSON form, the launch geometry and the
  * host-side packing of the kernel ABI (gen/emit_cuda.h). */
-#include "emit_cuda.h"
+#include "gen/emit_cuda.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -10,7 +10,7 @@
 
 #include <jansson.h>
 
-#include "../templates/embedded.h"
+#include "templates/embedded.h"
 #include "tj_config.h"
 
 /* Unrolled offsets: chunks per generated function (bounds one function's size; NVRTC's time grows

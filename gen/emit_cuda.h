@@ -49,10 +49,10 @@
 
 #include <stdint.h>
 
-#include "../runtime/dtype.h"
-#include "pattern.h"
-#include "plan.h"
-#include "strbuf.h"
+#include "base/dtype.h"
+#include "pattern/pattern.h"
+#include "gen/plan.h"
+#include "base/strbuf.h"
 
 #define TJ_CUDA_ABI_VERSION 1
 /* Bumped whenever emitted source may change for the same inputs (part of the cache key). */

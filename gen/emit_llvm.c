@@ -25,7 +25,7 @@
 #include <llvm-c/Core.h>
 #include <llvm-c/TargetMachine.h>
 
-#include "emit_llvm.h"
+#include "gen/emit_llvm.h"
 #include "tj_config.h"
 
 /* Unrolled mode's bound: kept-row steps × 24-FMA blocks. Straight-line code costs LLVM about

@@ -6,8 +6,8 @@
 
 #include <stdint.h>
 
-#include "pattern.h"
-#include "plan.h"
+#include "pattern/pattern.h"
+#include "gen/plan.h"
 
 /* How kept-row offsets reach the inner loop. */
 typedef enum tj_cpu_offsets {

@@ -2,7 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "plan.h"
+#include "gen/plan.h"
 
 
 static int64_t tile_cost(const tj_layer *l, int64_t t) { return tj_tile_nrows(l, t) * tj_tile_width(l, t); }

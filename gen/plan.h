@@ -4,8 +4,8 @@
 #ifndef TJ_PLAN_H
 #define TJ_PLAN_H
 
-#include "../runtime/dtype.h"
-#include "pattern.h"
+#include "base/dtype.h"
+#include "pattern/pattern.h"
 
 typedef struct tj_plan {
     const tj_layer *layer;

@@ -36,6 +36,8 @@
 
 #include <dlpack/dlpack.h>
 
+#include "tilejit/export.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif

@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "prune.h"
-#include "../gen/rng.h"
+#include "prune/prune.h"
+#include "base/rng.h"
 
 tj_prune_options tj_prune_options_default(void)
 {

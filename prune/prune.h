@@ -1,7 +1,7 @@
 /* Pruning: dense (or already pruned) weights → a tile-wise pattern with the paper's one-shot
  * algorithm (PAPER.md: tw1, tw2, tew with one global threshold across layers), the pruned
  * weights file, and the pattern read back from zeros in pruned weights. It sits before gen/:
- * its output is an ordinary pattern (gen/pattern.h) that parse → validate → plan consume.
+ * its output is an ordinary pattern (pattern/pattern.h) that parse → validate → plan consume.
  *
  *   select.c   which tensors are layers (--layers REGEX), their weights and optional scores
  *   prune.c    scores → global thresholds → tiles (+ ew residual) → tj_pattern
@@ -13,10 +13,10 @@
 
 #include <stdint.h>
 
-#include "../gen/pattern.h"
-#include "../runtime/dtype.h"
-#include "../runtime/error.h"
-#include "../runtime/safetensors.h"
+#include "pattern/pattern.h"
+#include "base/dtype.h"
+#include "base/error.h"
+#include "base/safetensors.h"
 
 typedef enum tj_prune_mode {
     TJ_PRUNE_TW1 = 1, /* per tile of g output features, whole input-feature rows are pruned */

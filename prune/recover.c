@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "prune.h"
+#include "prune/prune.h"
 
 /* Whether element i is nonzero (-0.0 counts as zero, NaN as nonzero). */
 static inline int nonzero(const void *w, tj_dtype d, size_t i)

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "prune.h"
+#include "prune/prune.h"
 
 static int natural_cmp(const void *a, const void *b)
 {

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "prune.h"
+#include "prune/prune.h"
 
 typedef struct write_ctx {
     const tj_st_file *wf;

@@ -14,7 +14,8 @@
 #include <llvm-c/TargetMachine.h>
 #include <llvm-c/Transforms/PassBuilder.h>
 
-#include "backend_cpu.h"
+#include "runtime/backend_cpu.h"
+#include "base/host.h"
 
 /* Wraps one LLVM call returning LLVMErrorRef: keeps the call, file, line and LLVM's message. */
 #define TJ_TRY_LLVM(call, err)                                                                  \
@@ -45,20 +46,10 @@ struct tj_cpu_jit {
 
 static pthread_once_t llvm_once = PTHREAD_ONCE_INIT;
 static int llvm_init_failed;
-static char host_name[160];
 
 static void llvm_init(void)
 {
     if (LLVMInitializeNativeTarget() || LLVMInitializeNativeAsmPrinter()) llvm_init_failed = 1;
-    char *cpu = LLVMGetHostCPUName();
-    snprintf(host_name, sizeof host_name, "%s", cpu ? cpu : "unknown");
-    LLVMDisposeMessage(cpu);
-}
-
-const char *tj_cpu_jit_host_name(void)
-{
-    pthread_once(&llvm_once, llvm_init);
-    return host_name;
 }
 
 static tj_status make_tm(LLVMTargetMachineRef *out, tj_error *err)
@@ -139,7 +130,7 @@ static void dump_ir(LLVMModuleRef m, const tj_layer *l, const tj_cpu_config *cfg
     char *cj = tj_cpu_config_to_json(cfg), *ir = LLVMPrintModuleToString(m);
     const char *passes = getenv("TILEJIT_CPU_PASSES");
     fprintf(f, "; layer %s, config %s\n; passes %s, host %s\n%s", l->name, cj ? cj : "?",
-            passes && *passes ? passes : TJ_CPU_PASSES, tj_cpu_jit_host_name(), ir ? ir : "");
+            passes && *passes ? passes : TJ_CPU_PASSES, tj_host_cpu_name(), ir ? ir : "");
     free(cj);
     LLVMDisposeMessage(ir);
     fclose(f);
@@ -377,7 +368,7 @@ static tj_status cpu_load(tj_model *m, tj_error *err)
     double emit = 0, compile = 0;
     for (int64_t i = 0; i < n; i++) {
         const tj_layer *l = &m->pattern->layers[i];
-        const char *json = tj_context_config_for(m->ctx, "cpu", tj_cpu_jit_host_name(), "x86_64", l, 0);
+        const char *json = tj_context_config_for(m->ctx, "cpu", tj_host_cpu_name(), "x86_64", l, 0);
         tj_cpu_config cfg;
         TJ_TRY(tj_cpu_config_from_json(json, &cfg, err));
         char prefix[32];
@@ -388,7 +379,7 @@ static tj_status cpu_load(tj_model *m, tj_error *err)
         compile += cm->layers[i]->compile_seconds;
     }
     tj_context_note(m->ctx, "cpu: %lld layers for %s: emit %.3f s, optimise+JIT %.3f s", (long long)n,
-                    tj_cpu_jit_host_name(), emit, compile);
+                    tj_host_cpu_name(), emit, compile);
     return TJ_OK;
 }
 

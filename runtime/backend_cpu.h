@@ -5,17 +5,15 @@
 #ifndef TJ_BACKEND_CPU_H
 #define TJ_BACKEND_CPU_H
 
-#include "../gen/emit_llvm.h"
-#include "../gen/plan.h"
-#include "model.h"
-#include "threadpool.h"
+#include "gen/emit_llvm.h"
+#include "gen/plan.h"
+#include "runtime/model.h"
+#include "base/threadpool.h"
 
 /* One ORC LLJIT for the host (owns the code of every layer added to it). */
 typedef struct tj_cpu_jit tj_cpu_jit;
 tj_status tj_cpu_jit_create(tj_cpu_jit **out, tj_error *err);
 void tj_cpu_jit_destroy(tj_cpu_jit *j);
-/* "sapphirerapids" etc. and LLVM's version, borrowed. */
-const char *tj_cpu_jit_host_name(void);
 
 typedef void (*tj_cpu_item_fn)(const float *x, float *y, const float *wp, const float *bk, int64_t slot,
                                int64_t m0, int64_t m1);

@@ -1,5 +1,5 @@
 /* Backend `cuda`: per model, every layer's kernel is emitted (gen/emit_cuda.c), compiled to a
- * CUBIN for the device's own sm_XX through the kernel cache (runtime/nvrtc.c), loaded with
+ * CUBIN for the device's own sm_XX through the kernel cache (jit/nvrtc.c), loaded with
  * cuModuleLoadData, and its packed weights uploaded once. tj_linear then launches tj_tiles,
  * tj_fill and tj_ew on the caller's stream. The driver is opened with dlopen (cuda_driver.c).
  *
@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend_cuda.h"
+#include "runtime/backend_cuda.h"
 
 /* ---- device ---------------------------------------------------------------------------- */
 

@@ -12,11 +12,11 @@
 #ifndef TJ_BACKEND_CUDA_H
 #define TJ_BACKEND_CUDA_H
 
-#include "../gen/emit_cuda.h"
-#include "cache.h"
-#include "cuda_driver.h"
-#include "model.h"
-#include "nvrtc.h"
+#include "gen/emit_cuda.h"
+#include "jit/cache.h"
+#include "base/cuda_driver.h"
+#include "runtime/model.h"
+#include "jit/nvrtc.h"
 
 /* The oldest compute capability the kernels target (cp.async, mma.sync bf16, ldmatrix). */
 #define TJ_CUDA_MIN_SM 80

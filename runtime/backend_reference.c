@@ -1,5 +1,5 @@
 /* Backend `reference`: runs tj_reference_linear. Always available, never fast. */
-#include "model.h"
+#include "runtime/model.h"
 
 static tj_status ref_available(tj_context *c, tj_error *err)
 {

@@ -5,14 +5,14 @@
 #include <string.h>
 #include <time.h>
 
-#include "model.h"
+#include "runtime/model.h"
 #include "tj_config.h"
-#include "../autotune/autotune.h"
+#include "tuning/tuning.h"
 #if TJ_HAVE_LLVM
-#include "backend_cpu.h"
+#include "runtime/backend_cpu.h"
 #endif
 #if TJ_HAVE_CUDA
-#include "backend_cuda.h"
+#include "runtime/backend_cuda.h"
 #endif
 
 /* The last error of this thread, tagged with the context it belongs to. */

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model.h"
+#include "runtime/model.h"
 
 static tj_status bind_weights(tj_model *m, const char *wpath, tj_error *err)
 {

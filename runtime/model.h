@@ -6,11 +6,11 @@
 
 #include <pthread.h>
 
-#include "../gen/pattern.h"
-#include "../gen/strbuf.h"
-#include "dtype.h"
-#include "error.h"
-#include "safetensors.h"
+#include "pattern/pattern.h"
+#include "base/strbuf.h"
+#include "base/dtype.h"
+#include "base/error.h"
+#include "base/safetensors.h"
 
 /* One layer's weights, borrowed from the mapped safetensors file. */
 typedef struct tj_layer_weights {

@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gen/rng.h"
-#include "runtime/safetensors.h"
+#include "base/rng.h"
+#include "base/safetensors.h"
 
 static const char *usage_text =
     "usage: make-synthetic-model -o OUT.safetensors [--layers 12] [--hidden 768] [--intermediate 3072]\n"

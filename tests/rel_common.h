@@ -9,9 +9,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "model.h"
-#include "random_pattern.h"
-#include "safetensors.h"
+#include "runtime/model.h"
+#include "pattern/random.h"
+#include "base/safetensors.h"
 #include "tj_test.h"
 
 #define REL_LAYERS 3

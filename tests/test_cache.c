@@ -1,4 +1,4 @@
-/* The persistent kernel cache (runtime/cache.c) alone and under the NVRTC compile path: miss,
+/* The persistent kernel cache (jit/cache.c) alone and under the NVRTC compile path: miss,
  * hit, corrupted and truncated entries (discarded, rebuilt to the same CUBIN), a read-only and an
  * uncreatable directory (compiles still work, one warning), and two processes compiling the
  * same model into one directory at once. Suite 'cuda'. */
@@ -12,10 +12,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "cache.h"
-#include "emit_cuda.h"
-#include "nvrtc.h"
-#include "random_pattern.h"
+#include "jit/cache.h"
+#include "gen/emit_cuda.h"
+#include "jit/nvrtc.h"
+#include "pattern/random.h"
 #include "tj_test.h"
 
 static void rm_tree(const char *dir)

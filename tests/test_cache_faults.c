@@ -1,4 +1,4 @@
-/* The kernel cache under faults (issue 8), through runtime/cache.h:
+/* The kernel cache under faults (issue 8), through jit/cache.h:
  * - writers SIGKILLed at random moments while storing leave nothing a later run trusts: every
  *   lookup afterwards is a miss or a hit with exactly the stored bytes; entries torn afterwards
  *   (truncated, a flipped byte: what a power loss can leave) are discarded and rebuilt;
@@ -17,12 +17,12 @@
 #include <time.h>
 #include <utime.h>
 
-#include "cache.h"
+#include "jit/cache.h"
 #include "rel_common.h"
 #include "tj_config.h"
 #if TJ_HAVE_CUDA
-#include "emit_cuda.h"
-#include "nvrtc.h"
+#include "gen/emit_cuda.h"
+#include "jit/nvrtc.h"
 #endif
 
 #define NKEYS 8

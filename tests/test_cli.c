@@ -7,10 +7,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "npy.h"
-#include "pattern.h"
-#include "random_pattern.h"
-#include "safetensors.h"
+#include "base/npy.h"
+#include "pattern/pattern.h"
+#include "pattern/random.h"
+#include "base/safetensors.h"
 #include "cli_run.h"
 #include "tj_test.h"
 

@@ -10,8 +10,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "npy.h"
-#include "pattern.h"
+#include "base/npy.h"
+#include "pattern/pattern.h"
 #include "cli_run.h"
 #include "tj_test.h"
 

@@ -8,9 +8,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backend_cpu.h"
-#include "safetensors.h"
-#include "random_pattern.h"
+#include "runtime/backend_cpu.h"
+#include "base/safetensors.h"
+#include "pattern/random.h"
 #include "tj_test.h"
 
 #define TOL 1e-5

@@ -8,10 +8,10 @@
 #include <pthread.h>
 #include <time.h>
 
-#include "backend_cuda.h"
-#include "pattern.h"
-#include "random_pattern.h"
-#include "safetensors.h"
+#include "runtime/backend_cuda.h"
+#include "pattern/pattern.h"
+#include "pattern/random.h"
+#include "base/safetensors.h"
 #include "tj_test.h"
 
 static tj_cuda_device *dev;

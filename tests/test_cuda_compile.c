@@ -7,9 +7,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "emit_cuda.h"
-#include "nvrtc.h"
-#include "random_pattern.h"
+#include "gen/emit_cuda.h"
+#include "jit/nvrtc.h"
+#include "pattern/random.h"
 #include "tj_test.h"
 
 static const int archs[] = {80, 86, 89, 90};

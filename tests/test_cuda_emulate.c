@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "emit_cuda.h"
-#include "model.h"
-#include "random_pattern.h"
+#include "gen/emit_cuda.h"
+#include "runtime/model.h"
+#include "pattern/random.h"
 #include "tj_test.h"
 
 /* ---- what the source says ---- */

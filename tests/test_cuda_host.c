@@ -8,12 +8,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "backend_cuda.h"
+#include "runtime/backend_cuda.h"
 #include "fake_libcuda.h"
-#include "npy.h"
-#include "pattern.h"
-#include "random_pattern.h"
-#include "safetensors.h"
+#include "base/npy.h"
+#include "pattern/pattern.h"
+#include "pattern/random.h"
+#include "base/safetensors.h"
 #include "tj_test.h"
 
 static char tmp[256];

@@ -4,7 +4,7 @@
  * compute exactly like aligned ones. One regression test per bug found by fuzzing or audit. */
 #include <stdint.h>
 
-#include "npy.h"
+#include "base/npy.h"
 #include "rel_common.h"
 
 static char dir[] = "/tmp/tj_hostile_XXXXXX";

@@ -7,9 +7,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "pattern.h"
-#include "random_pattern.h"
-#include "safetensors.h"
+#include "pattern/pattern.h"
+#include "pattern/random.h"
+#include "base/safetensors.h"
 #include "tj_test.h"
 
 static const char *tilejit;

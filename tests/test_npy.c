@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "npy.h"
+#include "base/npy.h"
 #include "tj_test.h"
 
 static char dir[256];

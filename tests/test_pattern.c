@@ -3,8 +3,8 @@
  * and the writer. */
 #include <dirent.h>
 
-#include "pattern.h"
-#include "random_pattern.h"
+#include "pattern/pattern.h"
+#include "pattern/random.h"
 #include "tj_test.h"
 
 static char *slurp(const char *path)

@@ -1,8 +1,8 @@
 /* The reference backend against a hand-computed case and against an independent float64 dense
  * computation with an explicit mask, on random data: cols, ew, empty tiles, bias, activations,
  * F32/F16/BF16 weights, odd sizes, M from 1 to 1000. */
-#include "model.h"
-#include "random_pattern.h"
+#include "runtime/model.h"
+#include "pattern/random.h"
 #include "tj_test.h"
 
 static void test_hand_computed(void)

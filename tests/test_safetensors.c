@@ -5,7 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "safetensors.h"
+#include "base/safetensors.h"
 #include "tj_test.h"
 
 static char dir[256];

@@ -11,9 +11,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "autotune.h"
-#include "model.h"
-#include "random_pattern.h"
+#include "autotune/autotune.h"
+#include "runtime/model.h"
+#include "pattern/random.h"
 #include "cli_run.h"
 #include "tj_test.h"
 

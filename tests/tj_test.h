@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rng.h"
+#include "base/rng.h"
 
 static int tj_test_failures = 0, tj_test_checks = 0;
 

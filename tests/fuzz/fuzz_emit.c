@@ -8,15 +8,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "emit_cuda.h"
+#include "gen/emit_cuda.h"
 #include "fuzz_common.h"
-#include "pattern.h"
+#include "pattern/pattern.h"
 #include "tj_config.h"
 #if TJ_HAVE_LLVM
-#include "emit_llvm.h"
+#include "gen/emit_llvm.h"
 #endif
 #if TJ_HAVE_CUDA
-#include "nvrtc.h"
+#include "jit/nvrtc.h"
 #endif
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

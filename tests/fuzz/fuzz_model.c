@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "fuzz_common.h"
-#include "model.h"
+#include "runtime/model.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,9 +1,9 @@
-/* libFuzzer target: the .npy reader (runtime/npy.c). Any file must load cleanly or fail with a
+/* libFuzzer target: the .npy reader (base/npy.c). Any file must load cleanly or fail with a
  * message; a loaded array's size must match its shape exactly. */
 #include <string.h>
 
 #include "fuzz_common.h"
-#include "npy.h"
+#include "base/npy.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

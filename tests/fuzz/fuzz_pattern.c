@@ -1,4 +1,4 @@
-/* libFuzzer target: pattern JSON → parser + validator (gen/parse.c, gen/validate.c). Any input
+/* libFuzzer target: pattern JSON → parser + validator (pattern/parse.c, pattern/validate.c). Any input
  * must give TJ_OK or a clean error with a message. An accepted pattern must survive the rest of
  * the host-side pipeline: the writer's JSON parses back to the same layers (same hashes), the
  * plan builds, and the derived counts are consistent. */
@@ -6,8 +6,8 @@
 #include <string.h>
 
 #include "fuzz_common.h"
-#include "pattern.h"
-#include "plan.h"
+#include "pattern/pattern.h"
+#include "gen/plan.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

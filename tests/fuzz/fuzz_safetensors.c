@@ -1,10 +1,10 @@
-/* libFuzzer target: the safetensors reader (runtime/safetensors.c). Any file must open cleanly or
+/* libFuzzer target: the safetensors reader (base/safetensors.c). Any file must open cleanly or
  * fail with a message; an opened file's tensors must lie inside the mapping and every byte of
  * every usable tensor must be readable through the same loads the backends use. */
 #include <string.h>
 
 #include "fuzz_common.h"
-#include "safetensors.h"
+#include "base/safetensors.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,4 +1,4 @@
-/* libFuzzer target: the tuning-log reader (autotune/records.c, autotune/db.c). Input: a JSON
+/* libFuzzer target: the tuning-log reader (tuning/records.c, tuning/db.c). Input: a JSON
  * Lines log. Loading it into a database must never fail on content (malformed lines are counted
  * and skipped), lookups must work on whatever was loaded, and every line that parses must
  * survive the writer: record → JSON → record → JSON gives the same text the second time. */
@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "autotune.h"
+#include "autotune/autotune.h"
 #include "fuzz_common.h"
-#include "pattern.h"
+#include "pattern/pattern.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,7 +1,7 @@
 /* safetensors reader and writer: the weights side of model loading (model.c) and the output of
  * the pruner. The reader maps the file, validates the 8-byte header length and the JSON header
  * against the file size, and only then hands out pointers into the data section. */
-#include "safetensors.h"
+#include "base/safetensors.h"
 
 #include <errno.h>
 #include <fcntl.h>

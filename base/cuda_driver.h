@@ -7,7 +7,7 @@
 
 #include <cuda.h> /* types and enums only: nothing is linked against libcuda */
 
-#include "error.h"
+#include "base/error.h"
 
 /* One function pointer per driver entry point used. The pointer types come from cuda.h, and the
  * symbol looked up is the header's own name for the call (cuMemAlloc → cuMemAlloc_v2 and so on),

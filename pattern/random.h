@@ -3,7 +3,7 @@
 #ifndef TJ_RANDOM_PATTERN_H
 #define TJ_RANDOM_PATTERN_H
 
-#include "pattern.h"
+#include "pattern/pattern.h"
 
 typedef struct tj_random_spec {
     int64_t n, k, g;

@@ -3,8 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "random_pattern.h"
-#include "rng.h"
+#include "pattern/random.h"
+#include "base/rng.h"
 
 /* Picks `count` distinct values of [0, range) in increasing order (selection sampling). */
 static void pick_sorted(tj_rng *r, int64_t range, int64_t count, int64_t *out64, int32_t *out32)

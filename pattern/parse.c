@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pattern.h"
+#include "pattern/pattern.h"
 
 typedef struct parser {
     const char *what;   /* file name for messages */

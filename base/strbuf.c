@@ -1,5 +1,5 @@
 /* String builder used by the emitters, the pattern writer and the tuning records. */
-#include "strbuf.h"
+#include "base/strbuf.h"
 
 #include <stdarg.h>
 #include <stdio.h>

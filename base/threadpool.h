@@ -6,7 +6,7 @@
 
 #include <stdint.h>
 
-#include "error.h"
+#include "base/error.h"
 
 typedef struct tj_pool tj_pool;
 typedef void (*tj_pool_fn)(void *arg, int64_t item);

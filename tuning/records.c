@@ -14,12 +14,12 @@
 
 #include <jansson.h>
 
-#include "autotune.h"
+#include "tuning/tuning.h"
 #include "tj_config.h"
 #if TJ_HAVE_LLVM
 #include <llvm-c/Core.h>
 
-#include "../runtime/backend_cpu.h"
+#include "base/host.h"
 #endif
 
 static const char *const status_names[] = {"ok", "compile_error", "launch_error", "wrong_result", "timeout"};
@@ -365,7 +365,7 @@ static void detect_host(tj_tune_target *out)
     copy_str(out->arch, sizeof out->arch, arch);
 #if TJ_HAVE_LLVM
     /* the name backend_cpu.c asks tj_context_config_for with: LLVM's host CPU (microarchitecture) */
-    copy_str(out->device, sizeof out->device, tj_cpu_jit_host_name());
+    copy_str(out->device, sizeof out->device, tj_host_cpu_name());
     unsigned ma = 0, mi = 0, pa = 0;
     LLVMGetVersion(&ma, &mi, &pa);
     snprintf(out->compiler, sizeof out->compiler, "LLVM %u.%u.%u", ma, mi, pa);

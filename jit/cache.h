@@ -16,7 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "error.h"
+#include "base/error.h"
 
 /* SHA-256, also used to build keys. */
 typedef struct tj_sha256 {

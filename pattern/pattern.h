@@ -5,7 +5,7 @@
 
 #include <stdint.h>
 
-#include "../runtime/error.h"
+#include "base/error.h"
 
 /* Hard limits that keep a hostile file from asking for absurd allocations. */
 #define TJ_MAX_DIM ((int64_t)1 << 24)       /* n, k, g */

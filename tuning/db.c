@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "autotune.h"
+#include "tuning/tuning.h"
 
 typedef struct entry {
     tj_tune_target target;

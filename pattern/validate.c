@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pattern.h"
+#include "pattern/pattern.h"
 
 static tj_status verr(tj_error *err, const char *what, const char *field, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <pthread.h>
 
-#include "threadpool.h"
+#include "base/threadpool.h"
 
 #define SPIN_ROUNDS 20000
 

@@ -1,5 +1,5 @@
 /* Error objects shared by every stage of the pipeline. */
-#include "error.h"
+#include "base/error.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -6,8 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "cache.h"
-#include "error.h"
+#include "jit/cache.h"
+#include "base/error.h"
 
 /* Resources of one kernel, from ptxas's -v report. */
 typedef struct tj_kernel_resources {

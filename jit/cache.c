@@ -1,7 +1,7 @@
 /* The persistent kernel cache: files named by the key's SHA-256, written to a temporary file and
  * renamed, checked (magic, version, length, key, payload SHA-256) on every read. Used by the
- * compile paths (runtime/nvrtc.c for CUBINs) between code generation and loading. */
-#include "cache.h"
+ * compile paths (jit/nvrtc.c for CUBINs) between code generation and loading. */
+#include "jit/cache.h"
 
 #include <dirent.h>
 #include <errno.h>

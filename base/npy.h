@@ -4,8 +4,8 @@
 
 #include <stdint.h>
 
-#include "dtype.h"
-#include "error.h"
+#include "base/dtype.h"
+#include "base/error.h"
 
 typedef struct tj_npy {
     tj_dtype dtype;    /* TJ_F32 or TJ_F16 */

@@ -1,5 +1,5 @@
 /* fp16/bf16 conversion in plain C (no F16C dependency: the reference must run anywhere). */
-#include "dtype.h"
+#include "base/dtype.h"
 
 const char *tj_dtype_name(tj_dtype d)
 {

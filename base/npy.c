@@ -1,6 +1,6 @@
 /* NumPy .npy arrays (format versions 1.0, 2.0, 3.0): the activations `tilejit run` reads and the
  * outputs it writes. Only 2-D, C-order, little-endian float32 ('<f4') and float16 ('<f2'). */
-#include "npy.h"
+#include "base/npy.h"
 
 #include <ctype.h>
 #include <errno.h>

@@ -7,8 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dtype.h"
-#include "error.h"
+#include "base/dtype.h"
+#include "base/error.h"
 
 #define TJ_ST_MAX_DIMS 8
 

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda_driver.h"
+#include "base/cuda_driver.h"
 
 #define TJ_STR2_(x) #x
 #define TJ_STR_(x) TJ_STR2_(x)

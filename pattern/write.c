@@ -6,8 +6,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "pattern.h"
-#include "strbuf.h"
+#include "pattern/pattern.h"
+#include "base/strbuf.h"
 
 static void put_json_string(tj_strbuf *sb, const char *s)
 {

@@ -1,7 +1,7 @@
 /* NVRTC → CUBIN: options for a real sm_XX, the CUDA include directory found at run time, the
  * cache lookup/store around each compile, ptxas -v parsing, dumps, and a parallel build. NVRTC is
  * thread-safe, so jobs run on plain pthreads. Called by the CUDA backend and `tilejit compile`. */
-#include "nvrtc.h"
+#include "jit/nvrtc.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -14,7 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../gen/emit_cuda.h"
+#include "gen/emit_cuda.h"
 #include "tj_config.h"
 
 /* Wraps every NVRTC call once: keeps the call, file, line and NVRTC's own message. */
