@@ -37,9 +37,17 @@
 
 tj_cpu_config tj_cpu_config_default(void)
 {
-    /* 6 × 64 beat 12 × 32 and 8 × 48 on BERT-base shapes (bench/RESULTS.md): fewer broadcasts
-     * of gathered X per FMA */
+    /* AVX-512 (32 registers of 16 floats): 6 × 64 beat 12 × 32 and 8 × 48 on BERT-base shapes
+     * (bench/RESULTS.md): fewer broadcasts of gathered X per FMA. AVX2 (16 registers of 8):
+     * 6 × 16, the classic 12-accumulator block. Narrower hosts: 4 rows × two vectors. */
     tj_cpu_config c = {.mr = 6, .nr = 64, .offsets = TJ_CPU_OFFSETS_TABLE, .unroll = 4, .mb = 0, .vec = 0, .kc = 0, .pack = 0, .order = -1};
+    int vec = tj_cpu_host_vec();
+    if (vec == 8) {
+        c.nr = 16;
+    } else if (vec < 8) {
+        c.mr = 4;
+        c.nr = 2 * vec;
+    }
     return c;
 }
 

@@ -174,8 +174,8 @@ static void test_cases(tj_cpu_jit *jit, tj_pool *pool)
     unr.offsets = TJ_CPU_OFFSETS_UNROLLED;
     kblk.kc = 7; /* k-blocking with odd chunks, small work items, another register block */
     kblk.mb = 12;
-    kblk.mr = 12;
-    kblk.nr = 32;
+    kblk.mr = tj_cpu_host_vec() >= 16 ? 12 : 4; /* a block that fits the host's registers */
+    kblk.nr = tj_cpu_host_vec() >= 16 ? 32 : 16;
     const tj_cpu_config *modes[3] = {&table, &unr, &kblk};
     static const char *mode_names[3] = {"table", "unrolled", "table kc=7"};
     for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
