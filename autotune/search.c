@@ -6,7 +6,9 @@
  * Sharding (--shard I/N) is round-robin over a canonical order, so it needs no coordination:
  * exhaustive sweeps split the (workload, config) items; adaptive sweeps split whole workloads
  * (the search for one workload is sequential). Either way each workload's decisions depend only
- * on its own measurements, so merged shard logs choose what one unsharded run would. */
+ * on its own measurements, so merged shard logs choose what one unsharded run would. Each shard's
+ * log begins with a header naming its I/N, written even when its share is empty
+ * (docs/tuning-slurm.md). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -366,6 +368,11 @@ tj_status tj_tune_run(const tj_tune_opts *o, tj_tune_summary *out, tj_error *err
     if (o->layer_filter && nws == 0) {
         free(hosts);
         s = tj_fail(err, TJ_ERR_NOT_FOUND, "%s: no layer named '%s'", o->pattern_path, o->layer_filter);
+        goto done;
+    }
+    /* every sweep leaves a log, even a shard whose share is empty: its header says which shard */
+    if (!o->dry_run && (s = tj_tune_log_begin(o->log_path, o->backend, o->shard, o->nshards, err)) != TJ_OK) {
+        free(hosts);
         goto done;
     }
     /* this shard's total, for progress */

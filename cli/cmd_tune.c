@@ -29,10 +29,12 @@ static const char *help =
     "(model-ordered seeds, then hill-climbing, measuring at most --fraction, default 0.3, of the\n"
     "space). Then the 3 best configs are measured again in R interleaved rounds (--confirm, 3; 0:\n"
     "off) and a config's cost is the median of its records. --budget stops the sweep after SECONDS\n"
-    "(rerun to continue). --shard I/N measures the\n"
-    "I-th of N deterministic parts (0-based); merge the logs with --best. --configs FILE replaces\n"
-    "the built-in space with a JSON array of config objects.\n\n"
-    "--best merges logs and prints the chosen config per layer and M bucket (powers of two).\n"
+    "(rerun to continue). --shard I/N measures the I-th of N deterministic parts (0-based):\n"
+    "(workload, config) pairs when exhaustive, whole workloads when adaptive; a log begins with a\n"
+    "header line naming its I/N, written even when the share is empty, and a resumed shard must\n"
+    "use the same I/N. --configs FILE replaces the built-in space with a JSON array of configs.\n\n"
+    "--best merges logs and prints the chosen config per layer and M bucket (powers of two);\n"
+    "headers, empty logs and a torn last line (reported on stderr) are fine.\n"
     "tilejit run / bench / model use the best record with --tuning-log LOG or TILEJIT_TUNING_LOG.\n";
 
 /* ---- progress -------------------------------------------------------------------------- */
@@ -137,8 +139,9 @@ static int run_best(int npos, const char **pos)
     if (tj_tune_db_bad_lines(db))
         fprintf(stderr, "tilejit tune: skipped %lld malformed line(s) (e.g. the torn last line of a killed run)\n",
                 (long long)tj_tune_db_bad_lines(db));
-    if (tj_tune_db_size(db) == 0) {
-        cli_fail("tune", "no tuning records in the given log(s)");
+    if (tj_tune_db_size(db) == 0) { /* e.g. the logs of shards whose share was empty: nothing to choose */
+        fprintf(stderr, "tilejit tune: no measurements in the given log(s); nothing to choose\n");
+        rc = 0;
         goto done;
     }
     best_print bp = {NULL};
@@ -287,6 +290,9 @@ int cmd_tune(int argc, char **argv)
     if (pg.tty && pg.last_len) fputc('\n', stdout);
     free(cfgtext);
     if (s != TJ_OK) return cli_fail("tune", "%s", err.msg);
+    if (o.nshards > 1 && sum.workloads == 0)
+        printf("tune: shard %d/%d has no work (adaptive searches are split by whole workload, layer x M; exhaustive "
+               "ones by (workload, config) pair): its log holds only its header\n", o.shard, o.nshards);
     printf("tune: %lld workload(s), up to %lld configs each; measured %lld (%lld failed), %lld already in %s; %.1f s%s\n",
            (long long)sum.workloads, (long long)sum.space, (long long)sum.measured, (long long)sum.failed,
            (long long)sum.resumed, logp, sum.seconds,

@@ -160,6 +160,7 @@ before=$(mlines out2/shard-1.jsonl)
 [[ "$(states "${jid}_1")" == CANCELLED* ]] || fail "task 1 was not cancelled: $(states "${jid}_1")"
 [ "$before" -ge 3 ] && [ "$before" -lt 12 ] || fail "task 1 holds $before of 12 measurements after the cancel: not mid-sweep"
 [ "$(states "${jid}_0")" = "COMPLETED 0:0 " ] || fail "task 0: $(states "${jid}_0")"
+note "task 1 cancelled holding $before of its 12 measurements; resubmitting index 1"
 jid2=$(TILEJIT="$TILEJIT" TILEJIT_SHARDS=2 sb --parsable --array=1 --cpus-per-task=1 --time=5 -o "$D/out2/resume-%a.out" \
        "$SBATCH_SCRIPT" "$D/p.json" "$D/w.safetensors" "$D/out2" cpu 8,64 "${fopts[@]}")
 mid=$(TILEJIT="$TILEJIT" sb --parsable --dependency=afterok:"$jid2" --cpus-per-task=1 --time=5 -o "$D/out2/merge.out" \

@@ -1,5 +1,6 @@
-/* Tuning records: one JSON line per measurement, append-only (DESIGN.md §2, format in
- * autotune/README.md). Reading tolerates a torn last line so a killed sweep can resume. */
+/* Tuning records: one JSON line per measurement, append-only, after a header line naming who
+ * began the log (format in autotune/README.md and docs/tuning-slurm.md). Reading skips headers
+ * and tolerates a torn last line so a killed sweep can resume. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -8,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
@@ -201,6 +203,11 @@ tj_status tj_tune_record_parse(const char *line, const char *what, tj_tune_recor
                     (long long)ver, TJ_TUNE_VERSION);
         goto done;
     }
+    const char *kind = str_at(o, "kind");
+    if (kind && strcmp(kind, "measurement") != 0) {
+        s = tj_fail(err, TJ_ERR_FORMAT, "%s: a '%s' line, not a measurement", what, kind);
+        goto done;
+    }
     if (!json_is_object(t) || !json_is_object(w) || !json_is_object(cfg)) {
         s = tj_fail(err, TJ_ERR_FORMAT, "%s: 'target', 'workload' and 'config' must be objects", what);
         goto done;
@@ -270,6 +277,110 @@ done:
     return s;
 }
 
+/* Whether a line is a tuning-log line of a kind other than a measurement (a header, or a kind
+ * of a later version): readers skip those without counting them as malformed. */
+static int other_kind(const char *line)
+{
+    json_t *o = json_loads(line, 0, NULL);
+    const char *fmt = str_at(o, "format"), *kind = str_at(o, "kind");
+    int r = fmt && strcmp(fmt, TJ_TUNE_FORMAT) == 0 && kind && strcmp(kind, "measurement") != 0;
+    json_decref(o);
+    return r;
+}
+
+/* The shard "I/N" a log's header names, into out (cap bytes); 0 when the file's first line is
+ * no header (a log written before headers existed, or a missing or empty file). */
+static int header_shard(const char *path, char *out, size_t cap)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    char *line = NULL;
+    size_t n = 0;
+    int found = 0;
+    if (getline(&line, &n, f) > 0) {
+        json_t *o = json_loads(line, JSON_DISABLE_EOF_CHECK, NULL);
+        const char *kind = str_at(o, "kind"), *shard = str_at(o, "shard");
+        if (kind && strcmp(kind, "header") == 0 && shard) {
+            copy_str(out, cap, shard);
+            found = 1;
+        }
+        json_decref(o);
+    }
+    free(line);
+    fclose(f);
+    return found;
+}
+
+tj_status tj_tune_log_begin(const char *path, const char *backend, int shard, int nshards, tj_error *err)
+{
+    char want[32], have[32];
+    snprintf(want, sizeof want, "%d/%d", shard, nshards);
+    if (nshards > 1 && header_shard(path, have, sizeof have) && strcmp(have, want) != 0)
+        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT,
+                       "%s was begun by shard %s, not %s: a resumed shard needs the same I/N (the original array size)",
+                       path, have, want);
+    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return tj_fail(err, TJ_ERR_IO, "%s: cannot open for appending: %s", path, strerror(errno));
+    struct stat st;
+    tj_status s = TJ_OK;
+    char *text = NULL;
+    if (fstat(fd, &st) != 0) {
+        s = tj_fail(err, TJ_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
+        goto done;
+    }
+    if (st.st_size > 0) {
+        /* resuming: the header, if any, is already there. A killed run may have left a torn last
+         * line without its newline: end it, so it stays one malformed line instead of swallowing
+         * the next record. */
+        char last = '\n';
+        int rfd = open(path, O_RDONLY | O_CLOEXEC);
+        if (rfd >= 0) {
+            if (pread(rfd, &last, 1, st.st_size - 1) != 1) last = '\n';
+            close(rfd);
+        }
+        if (last != '\n' && write(fd, "\n", 1) != 1)
+            s = tj_fail(err, TJ_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+        goto done;
+    }
+    tj_tune_record stamp;
+    memset(&stamp, 0, sizeof stamp);
+    fill_stamp(&stamp);
+    json_t *o = json_pack("{s:s, s:i, s:s, s:s, s:s, s:s, s:s}", "format", TJ_TUNE_FORMAT, "version", TJ_TUNE_VERSION,
+                          "kind", "header", "shard", want, "backend", backend ? backend : "", "tool", stamp.tool,
+                          "timestamp", stamp.timestamp);
+    text = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(o);
+    if (!text) {
+        s = tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory");
+        goto done;
+    }
+    size_t len = strlen(text);
+    char *line = realloc(text, len + 2);
+    if (!line) {
+        s = tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory");
+        goto done;
+    }
+    text = line;
+    text[len] = '\n';
+    text[len + 1] = '\0';
+    size_t off = 0;
+    while (off < len + 1) {
+        ssize_t w = write(fd, text + off, len + 1 - off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            s = tj_fail(err, TJ_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+            break;
+        }
+        off += (size_t)w;
+    }
+    if (s == TJ_OK && fsync(fd) != 0 && errno != EINVAL)
+        s = tj_fail(err, TJ_ERR_IO, "%s: fsync failed: %s", path, strerror(errno));
+done:
+    free(text);
+    close(fd);
+    return s;
+}
+
 tj_status tj_tune_log_read(const char *path, int missing_ok, tj_tune_record_fn fn, void *user,
                            int64_t *bad_lines, tj_error *err)
 {
@@ -293,7 +404,7 @@ tj_status tj_tune_log_read(const char *path, int missing_ok, tj_tune_record_fn f
         tj_tune_record r;
         tj_error perr;
         if (tj_tune_record_parse(line, what, &r, &perr) != TJ_OK) {
-            if (bad_lines) (*bad_lines)++;
+            if (bad_lines && !other_kind(line)) (*bad_lines)++;
             continue;
         }
         s = fn(user, &r, err);

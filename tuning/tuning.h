@@ -76,9 +76,16 @@ tj_status tj_tune_record_parse(const char *line, const char *what, tj_tune_recor
 /* Appends one record as one write(2) on an O_APPEND descriptor (whole lines even when several
  * processes append to one file on a local disk), then fsyncs. Fills tool and timestamp if empty. */
 tj_status tj_tune_log_append(const char *path, tj_tune_record *r, tj_error *err);
-/* Calls fn for every record of a log in file order. Blank lines are skipped; a malformed line
- * (e.g. the torn last line of a killed run) is counted in *bad_lines (may be NULL) and
- * skipped, never fatal. A missing file is TJ_ERR_IO unless missing_ok. */
+/* Begins a log for a sweep that is shard I of N (0 of 1 unsharded): a missing or empty file gets
+ * one header line, {"format":"tilejit-tune","version":1,"kind":"header","shard":"I/N",
+ * "backend":...,"tool":...,"timestamp":...}, so every sweep leaves a log even when its share is
+ * empty. A non-empty file is left as it is (resume), except that a sharded sweep (N > 1) refuses
+ * a log whose header names another I/N (TJ_ERR_INVALID_ARGUMENT). */
+tj_status tj_tune_log_begin(const char *path, const char *backend, int shard, int nshards, tj_error *err);
+/* Calls fn for every measurement of a log in file order. Blank lines and lines of another kind
+ * ("kind" other than "measurement": headers) are skipped; a malformed line (e.g. the torn last
+ * line of a killed run) is counted in *bad_lines (may be NULL) and skipped, never fatal. A
+ * missing file is TJ_ERR_IO unless missing_ok. */
 typedef tj_status (*tj_tune_record_fn)(void *user, const tj_tune_record *r, tj_error *err);
 tj_status tj_tune_log_read(const char *path, int missing_ok, tj_tune_record_fn fn, void *user,
                            int64_t *bad_lines, tj_error *err);
