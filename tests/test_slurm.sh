@@ -47,9 +47,10 @@ rc=$?
 export SLURM_CONF="$D/cluster/slurm.conf"
 sb() { "$SLURM_LOCAL" sbatch "$D/cluster" "$@"; }
 
-# waitjobs SECONDS JOBID...: until no task of them is pending or running
+# waitjobs SECONDS JOBID...: until no task of them is pending or running (4x under sanitizers)
 waitjobs() {
     local limit=$1 t=0
+    [ -n "${TJ_SANITIZER:-}" ] && limit=$((limit * 4))
     shift
     local ids
     ids=$(IFS=,; echo "$*")
@@ -153,7 +154,7 @@ jid=$(TILEJIT="$TILEJIT" sb --parsable --array=0-1 --cpus-per-task=1 --time=5 -o
       "$SBATCH_SCRIPT" "$D/p.json" "$D/w.safetensors" "$D/out2" cpu 8,64 "${fopts[@]}")
 # wait for task 1 to hold 3 of its 12 measurements, then cancel it
 t=0
-while [ "$(mlines out2/shard-1.jsonl)" -lt 3 ] && [ $t -lt 1200 ]; do sleep 0.1; t=$((t + 1)); done
+while [ "$(mlines out2/shard-1.jsonl)" -lt 3 ] && [ $t -lt 4800 ]; do sleep 0.1; t=$((t + 1)); done
 scancel "${jid}_1"
 waitjobs 60 "$jid"
 before=$(mlines out2/shard-1.jsonl)
