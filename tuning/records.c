@@ -246,6 +246,21 @@ done:
     return s;
 }
 
+/* Writes n bytes (whole lines) to an O_APPEND descriptor, then fsyncs: one write(2) in
+ * practice, so concurrent appenders on a local disk never interleave within a line. */
+static tj_status write_lines(int fd, const char *path, const char *buf, size_t n, tj_error *err)
+{
+    size_t off = 0;
+    while (off < n) {
+        ssize_t w = write(fd, buf + off, n - off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return tj_fail(err, TJ_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+        off += (size_t)w;
+    }
+    if (fsync(fd) != 0 && errno != EINVAL) return tj_fail(err, TJ_ERR_IO, "%s: fsync failed: %s", path, strerror(errno));
+    return TJ_OK;
+}
+
 tj_status tj_tune_log_append(const char *path, tj_tune_record *r, tj_error *err)
 {
     fill_stamp(r);
@@ -254,25 +269,9 @@ tj_status tj_tune_log_append(const char *path, tj_tune_record *r, tj_error *err)
     size_t len = strlen(line);
     line[len] = '\n'; /* json_dumps leaves room: we overwrite the NUL and write len + 1 bytes */
     int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-    tj_status s = TJ_OK;
-    if (fd < 0) {
-        s = tj_fail(err, TJ_ERR_IO, "%s: cannot open for appending: %s", path, strerror(errno));
-        goto done;
-    }
-    size_t off = 0;
-    while (off < len + 1) {
-        ssize_t w = write(fd, line + off, len + 1 - off);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) {
-            s = tj_fail(err, TJ_ERR_IO, "%s: write failed: %s", path, strerror(errno));
-            break;
-        }
-        off += (size_t)w;
-    }
-    if (s == TJ_OK && fsync(fd) != 0 && errno != EINVAL)
-        s = tj_fail(err, TJ_ERR_IO, "%s: fsync failed: %s", path, strerror(errno));
-    close(fd);
-done:
+    tj_status s = fd < 0 ? tj_fail(err, TJ_ERR_IO, "%s: cannot open for appending: %s", path, strerror(errno))
+                         : write_lines(fd, path, line, len + 1, err);
+    if (fd >= 0) close(fd);
     free(line);
     return s;
 }
@@ -338,8 +337,7 @@ tj_status tj_tune_log_begin(const char *path, const char *backend, int shard, in
             if (pread(rfd, &last, 1, st.st_size - 1) != 1) last = '\n';
             close(rfd);
         }
-        if (last != '\n' && write(fd, "\n", 1) != 1)
-            s = tj_fail(err, TJ_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+        if (last != '\n') s = write_lines(fd, path, "\n", 1, err);
         goto done;
     }
     tj_tune_record stamp;
@@ -363,18 +361,7 @@ tj_status tj_tune_log_begin(const char *path, const char *backend, int shard, in
     text = line;
     text[len] = '\n';
     text[len + 1] = '\0';
-    size_t off = 0;
-    while (off < len + 1) {
-        ssize_t w = write(fd, text + off, len + 1 - off);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) {
-            s = tj_fail(err, TJ_ERR_IO, "%s: write failed: %s", path, strerror(errno));
-            break;
-        }
-        off += (size_t)w;
-    }
-    if (s == TJ_OK && fsync(fd) != 0 && errno != EINVAL)
-        s = tj_fail(err, TJ_ERR_IO, "%s: fsync failed: %s", path, strerror(errno));
+    s = write_lines(fd, path, text, len + 1, err);
 done:
     free(text);
     close(fd);

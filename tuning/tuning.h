@@ -79,8 +79,9 @@ tj_status tj_tune_log_append(const char *path, tj_tune_record *r, tj_error *err)
 /* Begins a log for a sweep that is shard I of N (0 of 1 unsharded): a missing or empty file gets
  * one header line, {"format":"tilejit-tune","version":1,"kind":"header","shard":"I/N",
  * "backend":...,"tool":...,"timestamp":...}, so every sweep leaves a log even when its share is
- * empty. A non-empty file is left as it is (resume), except that a sharded sweep (N > 1) refuses
- * a log whose header names another I/N (TJ_ERR_INVALID_ARGUMENT). */
+ * empty. A non-empty file is resumed: a torn last line (no newline) is ended so the next record
+ * stays whole, and a sharded sweep (N > 1) refuses a log whose header names another I/N
+ * (TJ_ERR_INVALID_ARGUMENT). */
 tj_status tj_tune_log_begin(const char *path, const char *backend, int shard, int nshards, tj_error *err);
 /* Calls fn for every measurement of a log in file order. Blank lines and lines of another kind
  * ("kind" other than "measurement": headers) are skipped; a malformed line (e.g. the torn last
