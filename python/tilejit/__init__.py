@@ -24,7 +24,7 @@ from collections import namedtuple
 from . import _lib as L
 from ._lib import library
 
-__all__ = ["load", "Model", "Layer", "TilejitError", "version", "library"]
+__all__ = ["load", "Model", "Context", "Layer", "TilejitError", "version", "library"]
 
 
 class TilejitError(RuntimeError):
@@ -45,11 +45,12 @@ def version():
 
 
 def load(pattern, weights, backend="auto", tuning_log=None, threads=0, cache_dir=None, device=0,
-         verbose=False):
+         verbose=False, context=None):
     """Loads a pattern (JSON) and its weights (safetensors) and prepares every layer on a backend
-    ("auto", "cpu", "cuda" or "reference"). Returns a Model."""
+    ("auto", "cpu", "cuda" or "reference"), or on `context` (a Context) when given. Returns a
+    Model."""
     return Model(pattern, weights, backend=backend, tuning_log=tuning_log, threads=threads,
-                 cache_dir=cache_dir, device=device, verbose=verbose)
+                 cache_dir=cache_dir, device=device, verbose=verbose, context=context)
 
 
 def _enc(s):
@@ -73,10 +74,10 @@ def _is_numpy(a):
     return np is not None and isinstance(a, np.ndarray)
 
 
-def _from_numpy(a, writable):
+def _from_numpy(a, writable, ndim=2):
     np = _numpy()
-    if a.ndim != 2:
-        raise ValueError("tilejit: expected a 2-D array, got %d-D" % a.ndim)
+    if ndim is not None and a.ndim != ndim:
+        raise ValueError("tilejit: expected a %d-D array, got %d-D" % (ndim, a.ndim))
     if a.dtype not in (np.float32, np.float16) or not a.dtype.isnative:
         if writable:
             raise TypeError("tilejit: output must be a native float32 or float16 array, got %s" % a.dtype)
@@ -86,12 +87,12 @@ def _from_numpy(a, writable):
     item = a.itemsize
     if any(s % item for s in a.strides):
         a = np.ascontiguousarray(a)
-    shape = (ctypes.c_int64 * 2)(*a.shape)
-    strides = (ctypes.c_int64 * 2)(*(s // item for s in a.strides))
+    shape = (ctypes.c_int64 * max(1, a.ndim))(*a.shape)
+    strides = (ctypes.c_int64 * max(1, a.ndim))(*(s // item for s in a.strides))
     t = L.DLTensor()
     t.data = a.ctypes.data if a.size else (a.ctypes.data or 1)
     t.device = L.DLDevice(L.kDLCPU, 0)
-    t.ndim = 2
+    t.ndim = a.ndim
     t.dtype = L.DLDataType(L.kDLFloat, 8 * item, 1)
     t.shape = shape
     t.strides = strides
@@ -107,19 +108,47 @@ _capsule_valid.restype = ctypes.c_int
 _capsule_valid.argtypes = [ctypes.py_object, ctypes.c_char_p]
 
 
-def _from_dlpack(obj, stream=None):
+def _dlpack_capsule(obj, stream=None):
+    """obj.__dlpack__, asking for DLPack 1.x first (max_version) and falling back to the legacy
+    call on TypeError (producers that predate the keyword)."""
+    kw = {} if stream is None else {"stream": stream}
+    try:
+        return obj.__dlpack__(max_version=(L.DLPACK_MAJOR, L.DLPACK_MINOR), **kw)
+    except TypeError:
+        pass
+    try:
+        return obj.__dlpack__(**kw)
+    except TypeError:
+        if not kw:
+            raise
+        return obj.__dlpack__()
+
+
+def _dltensor_of(cap, writable):
+    """The DLTensor inside a DLPack capsule (versioned or legacy) and whether it is read-only.
+    Refuses a versioned capsule of an ABI major version this binding does not know, and a
+    read-only tensor where tilejit would write."""
+    if _capsule_valid(cap, b"dltensor_versioned"):
+        mt = L.DLManagedTensorVersioned.from_address(_capsule_get(cap, b"dltensor_versioned"))
+        if mt.version.major != L.DLPACK_MAJOR:
+            raise TypeError("tilejit: DLPack tensor of ABI version %d.%d; this binding reads %d.x"
+                            % (mt.version.major, mt.version.minor, L.DLPACK_MAJOR))
+        read_only = bool(mt.flags & L.DLPACK_FLAG_READ_ONLY)
+        if writable and read_only:
+            raise ValueError("tilejit: output tensor is read-only (DLPack flag)")
+        return mt.dl_tensor, read_only
+    if _capsule_valid(cap, b"dltensor"):
+        return L.DLManagedTensor.from_address(_capsule_get(cap, b"dltensor")).dl_tensor, False
+    raise TypeError("tilejit: __dlpack__ returned neither a 'dltensor_versioned' nor a 'dltensor' capsule")
+
+
+def _from_dlpack(obj, stream=None, writable=False, ndim=2):
     """Borrows obj's memory through its DLPack capsule. The capsule is not consumed: it stays
     alive for the call and its destructor runs the producer's deleter afterwards."""
-    try:
-        cap = obj.__dlpack__(stream=stream) if stream is not None else obj.__dlpack__()
-    except TypeError:
-        cap = obj.__dlpack__()
-    if not _capsule_valid(cap, b"dltensor"):
-        raise TypeError("tilejit: __dlpack__ did not return a 'dltensor' capsule")
-    mt = L.DLManagedTensor.from_address(_capsule_get(cap, b"dltensor"))
-    t = mt.dl_tensor
-    if t.ndim != 2:
-        raise ValueError("tilejit: expected a 2-D tensor, got %d-D" % t.ndim)
+    cap = _dlpack_capsule(obj, stream)
+    t, _ = _dltensor_of(cap, writable)
+    if ndim is not None and t.ndim != ndim:
+        raise ValueError("tilejit: expected a %d-D tensor, got %d-D" % (ndim, t.ndim))
     return _Tensor(t, (cap, obj), t.device.device_type)
 
 
@@ -159,16 +188,15 @@ def _device_empty(like, rows, cols):
         return mod.empty((rows, cols), dtype=mod.float32)
 
 
-class Model:
-    """A loaded model: a context (backend, threads, caches) and its layers. Thread-safe for
-    concurrent linear() calls; close() (or `with`) frees it."""
+class Context:
+    """A tilejit context: the backend ("auto", "cpu", "cuda" or "reference"), worker threads,
+    kernel cache and tuning log. Models loaded on one context share its thread pool and JIT;
+    close() (or `with`) frees it once its models are closed."""
 
-    def __init__(self, pattern, weights, backend="auto", tuning_log=None, threads=0, cache_dir=None,
-                 device=0, verbose=False):
+    def __init__(self, backend="auto", tuning_log=None, threads=0, cache_dir=None, device=0, verbose=False):
         lib = library()
         self._lib = lib
         self._ctx = ctypes.c_void_p()
-        self._model = ctypes.c_void_p()
         if backend not in L.BACKENDS:
             raise ValueError("tilejit: unknown backend %r (expected one of %s)" % (backend, ", ".join(L.BACKENDS)))
         opt = lib.tj_options_default()
@@ -180,8 +208,131 @@ class Model:
         opt.cache_dir, opt.tuning_log = keep
         s = lib.tj_context_create(ctypes.byref(opt), ctypes.byref(self._ctx))
         if s != L.TJ_OK:
+            self._ctx = None
             raise TilejitError(s, lib.tj_last_error().decode(errors="replace"))
-        s = lib.tj_model_load(self._ctx, _enc(pattern), _enc(weights), ctypes.byref(self._model))
+
+    def close(self):
+        if getattr(self, "_ctx", None):
+            self._lib.tj_context_destroy(self._ctx)
+            self._ctx = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    @property
+    def backend(self):
+        return self._lib.tj_backend_name(self._lib.tj_context_backend(self._ctx)).decode()
+
+    @property
+    def log(self):
+        return self._lib.tj_context_log(self._ctx).decode(errors="replace")
+
+    def error(self):
+        return self._lib.tj_context_error(self._ctx).decode(errors="replace")
+
+    def prune(self, tensors, sparsity, mode="tw1", g=128, ew_fraction=0.01):
+        """Tile-wise pruning of in-memory weights, one global threshold across the layers (as
+        `tilejit prune`). tensors: {layer name: weight [n × k]} (host, float32/float16/bfloat16,
+        NumPy or any DLPack producer). Returns the pattern as a dict (tilejit-pattern JSON)."""
+        import json
+        fn = getattr(self._lib, "tj_prune_tensors", None)
+        if fn is None:
+            raise TilejitError(6, "this libtilejit has no tj_prune_tensors (too old)")
+        arr, keep = _named_tensors({"%s.weight" % k: v for k, v in tensors.items()})
+        par = L.PruneParams(ctypes.sizeof(L.PruneParams), float(sparsity), int(g), _enc(mode), float(ew_fraction))
+        out = ctypes.c_void_p()
+        s = fn(self._ctx, arr, len(keep), ctypes.byref(par), ctypes.byref(out))
+        if s != L.TJ_OK:
+            raise TilejitError(s, self.error())
+        try:
+            return json.loads(ctypes.string_at(out.value).decode())
+        finally:
+            self._lib.tj_free(out)
+
+
+def _named_tensors(tensors):
+    """A tj_named_tensor array over {name: array}, and what keeps each tensor's memory alive."""
+    items = list(tensors.items())
+    arr = (L.NamedTensor * max(1, len(items)))()
+    keep = []
+    for i, (name, a) in enumerate(items):
+        if _is_numpy(a) or not hasattr(a, "__dlpack__"):
+            np = _numpy()
+            a = np.asarray(a)
+            if a.dtype not in (np.float32, np.float16):
+                a = a.astype(np.float32)
+            t = _from_numpy(a, writable=False, ndim=None)
+        else:
+            t = _from_dlpack(a, ndim=None)
+        nm = _enc(name)
+        arr[i].name = nm
+        arr[i].tensor = ctypes.pointer(t.t)
+        keep.append((nm, t))
+    return arr, keep
+
+
+def _pattern_text(pattern):
+    """Pattern JSON text from a dict, JSON text, or a file path."""
+    import json
+    if isinstance(pattern, dict):
+        return json.dumps(pattern)
+    if isinstance(pattern, bytes):
+        pattern = pattern.decode()
+    if isinstance(pattern, str) and pattern.lstrip().startswith("{"):
+        return pattern
+    with open(pattern) as f:
+        return f.read()
+
+
+class Model:
+    """A loaded model: its layers, on a context (its own unless one is given). Thread-safe for
+    concurrent linear() calls; close() (or `with`) frees it."""
+
+    def __init__(self, pattern, weights, backend="auto", tuning_log=None, threads=0, cache_dir=None,
+                 device=0, verbose=False, context=None):
+        self._setup(context, dict(backend=backend, tuning_log=tuning_log, threads=threads,
+                                  cache_dir=cache_dir, device=device, verbose=verbose))
+        s = self._lib.tj_model_load(self._ctx, _enc(pattern), _enc(weights), ctypes.byref(self._model))
+        self._finish(s)
+
+    @classmethod
+    def from_tensors(cls, pattern, tensors, context=None, **options):
+        """Loads a model from memory: pattern (a dict, JSON text or a path) and tensors
+        {"NAME.weight": [n × k], "NAME.bias": [n]} as NumPy arrays or DLPack producers (PyTorch
+        ...), named as in a safetensors checkpoint. Compact row-major host tensors are used in
+        place, without a copy (the model keeps them alive); others are copied once
+        (model.copied_bytes says how much). options: as load() (when no context is given)."""
+        self = cls.__new__(cls)
+        self._setup(context, options)
+        fn = getattr(self._lib, "tj_model_load_tensors", None)
+        if fn is None:
+            self.close()
+            raise TilejitError(6, "this libtilejit has no tj_model_load_tensors (too old)")
+        text = _enc(_pattern_text(pattern))
+        arr, keep = _named_tensors(tensors)
+        self._keep = (arr, keep)
+        self._finish(fn(self._ctx, text, len(text), arr, len(keep), ctypes.byref(self._model)))
+        return self
+
+    def _setup(self, context, options):
+        self._model = ctypes.c_void_p()
+        self._ctx = None
+        self._own_context = context is None
+        self._context = context if context is not None else Context(**options)
+        self._lib = self._context._lib
+        self._ctx = self._context._ctx
+
+    def _finish(self, s):
+        lib = self._lib
         if s != L.TJ_OK:
             err = TilejitError(s, self._error())
             self.close()
@@ -200,9 +351,10 @@ class Model:
         if getattr(self, "_model", None):
             self._lib.tj_model_destroy(self._model)
             self._model = None
-        if getattr(self, "_ctx", None):
-            self._lib.tj_context_destroy(self._ctx)
-            self._ctx = None
+        if getattr(self, "_own_context", False) and getattr(self, "_context", None) is not None:
+            self._context.close()
+        self._context = None
+        self._ctx = None
 
     def __enter__(self):
         return self
@@ -215,6 +367,16 @@ class Model:
             self.close()
         except Exception:
             pass
+
+    @property
+    def context(self):
+        return self._context
+
+    @property
+    def copied_bytes(self):
+        """Bytes of weights tilejit copied when loading from tensors (0: all used in place)."""
+        fn = getattr(self._lib, "tj_model_copied_bytes", None)
+        return fn(self._model) if fn is not None else 0
 
     # --- facts ---
     @property
@@ -280,7 +442,7 @@ class Model:
                                % (info.name, xt.t.shape[1], info.k))
         ret = None
         if out is not None:
-            yt = _from_numpy(out, writable=True) if _is_numpy(out) else _from_dlpack(out, stream)
+            yt = _from_numpy(out, writable=True) if _is_numpy(out) else _from_dlpack(out, stream, writable=True)
             ret = out
         elif xt.device_type in (L.kDLCPU, L.kDLCUDAHost):
             np = _numpy()
@@ -289,7 +451,7 @@ class Model:
             ret = y if is_np else None
         else:
             dev = _device_empty(x, m, info.n)
-            yt = _from_dlpack(dev, stream)
+            yt = _from_dlpack(dev, stream, writable=True)
             ret = dev
         s = self._lib.tj_linear_ex(self._model, idx, ctypes.byref(xt.t), ctypes.byref(yt.t),
                                    L.LAYOUT_ROW_MAJOR, ctypes.c_void_p(stream) if stream else None)

@@ -8,8 +8,10 @@ import ctypes
 import ctypes.util
 import os
 
-# --- DLPack (dlpack.h, the ABI shared by v0.6 and v1.x for DLTensor) ---------------------------
+# --- DLPack (dlpack.h: DLTensor is the same in v0.6 and v1.x; v1 adds the versioned capsule) --
 kDLCPU, kDLCUDA, kDLCUDAHost, kDLCUDAManaged = 1, 2, 3, 13
+DLPACK_MAJOR, DLPACK_MINOR = 1, 0  # the newest DLPack ABI this binding reads
+DLPACK_FLAG_READ_ONLY, DLPACK_FLAG_IS_COPIED = 1 << 0, 1 << 1
 kDLInt, kDLUInt, kDLFloat, kDLBfloat = 0, 1, 2, 4
 
 
@@ -43,6 +45,23 @@ DLManagedTensor._fields_ = [
     ("deleter", ctypes.CFUNCTYPE(None, ctypes.POINTER(DLManagedTensor))),
 ]
 
+
+class DLPackVersion(ctypes.Structure):
+    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32)]
+
+
+class DLManagedTensorVersioned(ctypes.Structure):
+    pass
+
+
+DLManagedTensorVersioned._fields_ = [
+    ("version", DLPackVersion),
+    ("manager_ctx", ctypes.c_void_p),
+    ("deleter", ctypes.CFUNCTYPE(None, ctypes.POINTER(DLManagedTensorVersioned))),
+    ("flags", ctypes.c_uint64),
+    ("dl_tensor", DLTensor),
+]
+
 # --- tilejit.h ---------------------------------------------------------------------------------
 TJ_OK = 0
 STATUS_NAMES = ["ok", "invalid argument", "I/O error", "bad file format", "not found", "out of memory",
@@ -60,6 +79,22 @@ class Options(ctypes.Structure):
         ("tuning_log", ctypes.c_char_p),
         ("device", ctypes.c_int),
         ("verbose", ctypes.c_int),
+    ]
+
+
+class NamedTensor(ctypes.Structure):
+    """tj_named_tensor (tilejit/tensors.h): a safetensors-style name and a borrowed DLTensor."""
+    _fields_ = [("name", ctypes.c_char_p), ("tensor", ctypes.POINTER(DLTensor))]
+
+
+class PruneParams(ctypes.Structure):
+    """tj_prune_params (tilejit/tensors.h)."""
+    _fields_ = [
+        ("size", ctypes.c_size_t),
+        ("sparsity", ctypes.c_double),
+        ("g", ctypes.c_int64),
+        ("mode", ctypes.c_char_p),
+        ("ew_fraction", ctypes.c_double),
     ]
 
 
@@ -117,6 +152,17 @@ def _declare(lib):
         "tj_model_load_seconds": (c.c_double, [c.c_void_p]),
         "tj_linear_ex": (c.c_int, [c.c_void_p, c.c_int64, P(DLTensor), P(DLTensor), c.c_int, c.c_void_p]),
     }
+    optional = {  # tilejit/tensors.h: absent from older libraries, checked where used
+        "tj_model_load_tensors": (c.c_int, [c.c_void_p, c.c_char_p, c.c_size_t, P(NamedTensor), c.c_int64,
+                                            P(c.c_void_p)]),
+        "tj_model_copied_bytes": (c.c_int64, [c.c_void_p]),
+        "tj_prune_tensors": (c.c_int, [c.c_void_p, P(NamedTensor), c.c_int64, P(PruneParams),
+                                       P(c.c_void_p)]),
+        "tj_free": (None, [c.c_void_p]),
+    }
+    for name, sig in optional.items():
+        if hasattr(lib, name):
+            sigs[name] = sig
     for name, (res, args) in sigs.items():
         f = getattr(lib, name)
         f.restype = res
