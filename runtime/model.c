@@ -45,6 +45,18 @@ static tj_status bind_weights(tj_model *m, const char *wpath, tj_error *err)
     return TJ_OK;
 }
 
+tj_status tj_model_prepare(tj_model *m, tj_error *err)
+{
+    double t0 = tj_now();
+    tj_status s = m->ops->load(m, err);
+    m->load_seconds = tj_now() - t0;
+    if (s != TJ_OK) {
+        m->ops->unload(m);
+        m->ops = NULL;
+    }
+    return s;
+}
+
 tj_status tj_model_load(tj_context *c, const char *pattern_path, const char *weights_path,
                         tj_model **out)
 {
@@ -63,14 +75,9 @@ tj_status tj_model_load(tj_context *c, const char *pattern_path, const char *wei
     tj_status s = tj_pattern_load(pattern_path, &m->pattern, &err);
     if (s == TJ_OK) s = tj_st_open(weights_path, &m->weights, &err);
     if (s == TJ_OK) s = bind_weights(m, weights_path, &err);
-    if (s == TJ_OK) {
-        double t0 = tj_now();
-        s = m->ops->load(m, &err);
-        m->load_seconds = tj_now() - t0;
-        if (s != TJ_OK) m->ops->unload(m);
-    }
+    if (s == TJ_OK) s = tj_model_prepare(m, &err);
+    else m->ops = NULL; /* never loaded */
     if (s != TJ_OK) {
-        m->ops = NULL; /* already unloaded, or never loaded */
         tj_model_destroy(m);
         return tj_context_set_error(c, &err);
     }
@@ -85,6 +92,8 @@ void tj_model_destroy(tj_model *m)
     if (!m) return;
     if (m->ops) m->ops->unload(m);
     free(m->lw);
+    for (int64_t i = 0; i < m->nowned; i++) free(m->owned[i]);
+    free(m->owned);
     tj_st_close(m->weights);
     tj_pattern_destroy(m->pattern);
     free(m);

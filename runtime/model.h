@@ -74,7 +74,14 @@ struct tj_model {
     const tj_backend_ops *ops;
     void *state;                /* the backend's */
     double load_seconds;
+    void **owned;               /* compact copies of strided in-memory tensors (model_tensors.c) */
+    int64_t nowned;
+    int64_t copied_bytes;
 };
+
+/* Prepares every layer of a model whose pattern and weights are bound (m->pattern, m->lw) on its
+ * backend and times it. On failure the backend state is already released (m->ops is NULL). */
+tj_status tj_model_prepare(tj_model *m, tj_error *err);
 
 /* Thread-local last error for the public tj_context_error (context.c). */
 tj_status tj_context_set_error(const tj_context *c, const tj_error *err);
