@@ -165,20 +165,7 @@ class Model(torch.nn.Module):
         return self.head(x)
 
 
-def masked_dense(model):
-    """The same model with every TWLinear back as an nn.Linear holding W ⊙ mask."""
-    import copy
-    m = copy.deepcopy(model)
-    for name, mod in list(m.named_modules()):
-        if isinstance(mod, tjt.TWLinear):
-            lin = torch.nn.Linear(mod.in_features, mod.out_features, bias=mod.bias is not None)
-            with torch.no_grad():
-                lin.weight.copy_(mod.masked_weight())
-                if mod.bias is not None:
-                    lin.bias.copy_(mod.bias)
-            parent, _, attr = name.rpartition(".")
-            setattr(m.get_submodule(parent) if parent else m, attr, lin)
-    return m
+masked_dense = tjt.dense_copy
 
 
 class Sparsify(unittest.TestCase):

@@ -33,7 +33,7 @@ from torch import nn
 from . import Context, Model, TilejitError
 from . import _lib as L
 
-__all__ = ["TWLinear", "sparsify", "SparsifyReport", "linear", "layer_mask"]
+__all__ = ["TWLinear", "sparsify", "SparsifyReport", "linear", "layer_mask", "dense_copy"]
 
 # --- bound layers --------------------------------------------------------------------------------
 
@@ -433,3 +433,21 @@ def sparsify(model, pattern=None, weights=None, *, sparsity=None, mode="tw1", g=
             rep.swapped.append((mname, lname, w.shape[0], w.shape[1], tw.density))
     rep.seconds = time.perf_counter() - t0
     return rep
+
+
+def dense_copy(model):
+    """A deep copy of the model with every TWLinear back as an nn.Linear holding W ⊙ mask: the
+    dense model that computes what the sparse one computes (to check it, or to compare speed)."""
+    import copy
+    m = copy.deepcopy(model)
+    for name, mod in list(m.named_modules()):
+        if isinstance(mod, TWLinear):
+            lin = nn.Linear(mod.in_features, mod.out_features, bias=mod.bias is not None,
+                            device=mod.weight.device, dtype=mod.weight.dtype)
+            with torch.no_grad():
+                lin.weight.copy_(mod.masked_weight())
+                if mod.bias is not None:
+                    lin.bias.copy_(mod.bias)
+            parent, _, attr = name.rpartition(".")
+            setattr(m.get_submodule(parent) if parent else m, attr, lin)
+    return m
