@@ -77,6 +77,25 @@ class Producer:
         return self.a.__dlpack_device__()
 
 
+class Producer1x:
+    """A DLPack 1.x producer that records how it was asked and which capsule it gave."""
+
+    def __init__(self, a):
+        self.a, self.asked, self.versioned = a, [], None
+
+    def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+        import ctypes
+        self.asked.append(max_version)
+        cap = self.a.__dlpack__(max_version=max_version) if max_version else self.a.__dlpack__()
+        valid = ctypes.pythonapi.PyCapsule_IsValid
+        valid.restype, valid.argtypes = ctypes.c_int, [ctypes.py_object, ctypes.c_char_p]
+        self.versioned = bool(valid(cap, b"dltensor_versioned"))
+        return cap
+
+    def __dlpack_device__(self):
+        return self.a.__dlpack_device__()
+
+
 class Wrapped(Producer):
     """A producer with an array-API namespace whose from_dlpack makes another Wrapped."""
 
@@ -112,6 +131,7 @@ class Binding(unittest.TestCase):
                 tensors[name + ".bias"] = b
             cls.ref[name] = (tensors[name + ".weight"].astype(np.float32), mask, b, act)
         tensors["embeddings.position_ids"] = np.arange(8, dtype=np.int64).reshape(1, 8)
+        cls.tensors, cls.layers = tensors, layers
         cls.pattern = os.path.join(cls.tmp.name, "p.json")
         cls.weights = os.path.join(cls.tmp.name, "w.safetensors")
         with open(cls.pattern, "w") as f:
@@ -202,6 +222,68 @@ class Binding(unittest.TestCase):
         out = np.empty((11, 160), np.float32)
         self.model.linear("enc.ffn_in", Producer(x), out=Producer(out))
         self.check("enc.ffn_in", x, out)
+
+    def test_dlpack_versioned(self):
+        if not hasattr(np, "from_dlpack") or tuple(int(v) for v in np.__version__.split(".")[:2]) < (2, 1):
+            self.skipTest("NumPy < 2.1 exports no DLPack 1.x capsules")
+        rng = np.random.default_rng(10)
+        x = rng.uniform(-1, 1, (5, 64)).astype(np.float32)
+        x.flags.writeable = False  # read-only input: fine, tilejit only reads it
+        px, po = Producer1x(x), Producer1x(np.full((5, 96), np.nan, np.float32))
+        self.model.linear("enc.q", px, out=po)
+        self.assertEqual(px.asked, [(1, 0)])
+        self.assertTrue(px.versioned and po.versioned)
+        self.check("enc.q", x, po.a)
+        ro = np.zeros((5, 96), np.float32)
+        ro.flags.writeable = False
+        with self.assertRaises(ValueError) as cm:  # the read-only flag of a versioned capsule
+            self.model.linear("enc.q", x, out=Producer1x(ro))
+        self.assertIn("read-only", str(cm.exception))
+        self.assertTrue(np.all(ro == 0))
+
+    def test_dlpack_legacy_fallback(self):
+        x = np.random.default_rng(11).uniform(-1, 1, (3, 64)).astype(np.float32)
+
+        class Legacy:  # predates max_version: TypeError, then the legacy call
+            calls = 0
+
+            def __dlpack__(self, stream=None):
+                Legacy.calls += 1
+                return x.__dlpack__()
+
+            def __dlpack_device__(self):
+                return x.__dlpack_device__()
+        self.check("enc.q", x, self.model.linear("enc.q", Legacy()))
+        self.assertEqual(Legacy.calls, 1)
+
+    def test_from_tensors(self):
+        pat = {"format": "tilejit-pattern", "version": 1, "layers": self.layers}
+        x = np.random.default_rng(12).uniform(-1, 1, (7, 160)).astype(np.float32)
+        with tilejit.Model.from_tensors(pat, self.tensors, backend=BACKEND) as m:
+            self.assertEqual(m.copied_bytes, 0)  # compact NumPy arrays are used in place
+            self.assertEqual([l.name for l in m.layers], [l.name for l in self.model.layers])
+            self.check("enc.ffn_out", x, m.linear("enc.ffn_out", x))
+            np.testing.assert_array_equal(m.linear("enc.ffn_out", x), self.model.linear("enc.ffn_out", x))
+        strided = dict(self.tensors)
+        w = self.tensors["enc.ffn_out.weight"]
+        strided["enc.ffn_out.weight"] = Producer(np.asfortranarray(w))  # a strided DLPack tensor
+        with tilejit.Context(backend=BACKEND) as ctx:
+            m = tilejit.Model.from_tensors(json.dumps(pat), strided, context=ctx)
+            self.assertEqual(m.copied_bytes, w.nbytes)
+            self.check("enc.ffn_out", x, m.linear("enc.ffn_out", x))
+            m.close()
+        missing = {k: v for k, v in self.tensors.items() if k != "enc.q.weight"}
+        with self.assertRaises(tilejit.TilejitError) as cm:
+            tilejit.Model.from_tensors(pat, missing, backend="reference")
+        self.assertEqual(cm.exception.status_name, "not found")
+        self.assertIn("enc.q.weight", str(cm.exception))
+
+    def test_prune_in_memory(self):
+        with tilejit.Context(backend="reference") as ctx:
+            p = ctx.prune({"a": self.tensors["enc.ffn_in.weight"], "b": self.tensors["enc.q.weight"]}, 0.5, g=32)
+            self.assertEqual([l["name"] for l in p["layers"]], ["a", "b"])
+            with self.assertRaises(tilejit.TilejitError):
+                ctx.prune({"a": self.tensors["enc.q.weight"]}, 0.5, mode="bogus")
 
     def test_dlpack_roundtrip_numpy(self):
         x = np.random.default_rng(6).uniform(-1, 1, (4, 160)).astype(np.float32)

@@ -24,6 +24,7 @@ import ctypes
 import itertools
 import json
 import re
+import struct
 import threading
 import time
 
@@ -85,15 +86,23 @@ class _Group:
 class _Bound:
     """What the operator needs for one layer: its group, index and shape. Registered under a
     handle (an int that torch.compile bakes into the graph as a constant)."""
-    __slots__ = ("group", "index", "name", "n", "k", "fn", "cpu_model", "handle")
+    __slots__ = ("group", "index", "name", "n", "k", "cpu", "cuda", "handle")
 
     def __init__(self, group, name, n, k):
         self.group, self.name, self.n, self.k = group, name, n, k
         self.index = group.index[name]
-        self.cpu_model = None
-        self.fn = None
+        self.cpu = None   # (entry point, model pointer, Model) once resolved
+        self.cuda = {}    # the same per CUDA device index
         self.handle = next(_handles)
         _registry[self.handle] = self
+
+    def bind_cpu(self):
+        self.cpu = _bind_device(self, self.group.model(torch.device("cpu")))
+        return self.cpu
+
+    def bind_cuda(self, dev):
+        r = self.cuda[dev.index] = _bind_device(self, self.group.model(dev))
+        return r
 
     def __deepcopy__(self, memo):
         return self  # a copied TWLinear shares the compiled layer (and the weights it was built from)
@@ -108,79 +117,87 @@ _handles = itertools.count(1)
 _DT = {torch.float32: (L.kDLFloat, 32), torch.float16: (L.kDLFloat, 16), torch.bfloat16: (L.kDLBfloat, 16)}
 
 
-class _Scratch(threading.local):
-    """Per-thread DLTensors reused by every call (a call fills them; threads never share them)."""
+# A call's two DLTensors (x, y) and their shape and stride arrays, in one per-thread buffer
+# written by a single struct.pack_into: 2 × 48 bytes of DLTensor (data; device type, id; ndim;
+# dtype code, bits, lanes; shape and strides pointers; byte_offset) + 4 × 2 int64.
+_PACK = struct.Struct("<QiiiBBHQQQ" "QiiiBBHQQQ" "qqqq" "qqqq")
+assert _PACK.size == 2 * ctypes.sizeof(L.DLTensor) + 64
 
+
+class _Scratch(threading.local):
     def __init__(self):
-        self.x, self.y = L.DLTensor(), L.DLTensor()
-        self.xs, self.xst = (ctypes.c_int64 * 2)(), (ctypes.c_int64 * 2)()
-        self.ys, self.yst = (ctypes.c_int64 * 2)(), (ctypes.c_int64 * 2)()
-        for t, s, st in ((self.x, self.xs, self.xst), (self.y, self.ys, self.yst)):
-            t.ndim = 2
-            t.shape = ctypes.cast(s, ctypes.POINTER(ctypes.c_int64))
-            t.strides = ctypes.cast(st, ctypes.POINTER(ctypes.c_int64))
-            t.dtype.lanes = 1
-        self.xref, self.yref = ctypes.byref(self.x), ctypes.byref(self.y)
+        self.buf = ctypes.create_string_buffer(_PACK.size)
+        base = ctypes.addressof(self.buf)
+        self.x, self.y = base, base + 48
+        self.xs, self.xst, self.ys, self.yst = base + 96, base + 112, base + 128, base + 144
 
 
 _scratch = _Scratch()
+_CALL = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
+                         ctypes.c_int, ctypes.c_void_p)
 
 
-def _fill(t, shape, strides, a, dev_type, dev_id):
-    code, bits = _DT[a.dtype]
-    t.data = a.data_ptr()
-    t.device.device_type = dev_type
-    t.device.device_id = dev_id
-    t.dtype.code = code
-    t.dtype.bits = bits
-    shape[0], shape[1] = a.shape
-    strides[0], strides[1] = a.stride()
+def _bind_device(b, model):
+    """The raw entry point and model pointer a bound layer calls on a device (resolved once)."""
+    lib = model._lib
+    fn = _CALL(ctypes.cast(lib.tj_linear_ex, ctypes.c_void_p).value)  # int arguments, GIL released
+    return fn, model._model.value, model
 
 
-def _out_dtype(dt):
-    return torch.float16 if dt == torch.float16 else torch.float32
+# dtype -> (DLPack code, bits, output dtype, its code, its bits)
+_KIND = {torch.float32: (L.kDLFloat, 32, torch.float32, L.kDLFloat, 32),
+         torch.float16: (L.kDLFloat, 16, torch.float16, L.kDLFloat, 16),
+         torch.bfloat16: (L.kDLBfloat, 16, torch.float32, L.kDLFloat, 32)}
 
 
 def _run(b, x, out=None):
     """The kernel call behind the operator and TWLinear: y = layer(x) for x [..., k]."""
-    if x.shape[-1] != b.k:
-        raise ValueError("tilejit: layer '%s' takes %d input features, x has shape %s" % (b.name, b.k, tuple(x.shape)))
-    lead = x.shape[:-1]
-    x2 = x.reshape(-1, b.k)
-    if x2.dtype not in _DT:
+    k, n = b.k, b.n
+    shape = x.shape
+    if shape[-1] != k:
+        raise ValueError("tilejit: layer '%s' takes %d input features, x has shape %s" % (b.name, k, tuple(shape)))
+    nd = x.ndim
+    x2 = x if nd == 2 else x.reshape(-1, k)
+    kind = _KIND.get(x2.dtype)
+    if kind is None:
         x2 = x2.float()
-    dev = x2.device
-    if dev.type == "cpu":
-        model = b.cpu_model
-        if model is None:
-            model = b.cpu_model = b.group.model(dev)
-            b.fn = model._lib.tj_linear_ex
-        dev_type, dev_id, stream = L.kDLCPU, 0, None
-    elif dev.type == "cuda":
-        model = b.group.model(dev)
+        kind = _KIND[torch.float32]
+    if x2.is_cpu:
+        fn, mp, model = b.cpu or b.bind_cpu()
+        dev_type, dev_id, stream, dev = L.kDLCPU, 0, None, None
+    elif x2.is_cuda:
+        dev = x2.device
+        fn, mp, model = b.cuda.get(dev.index) or b.bind_cuda(dev)
         dev_type, dev_id = L.kDLCUDA, dev.index or 0
         stream = torch.cuda.current_stream(dev).cuda_stream or None
     else:
-        raise TilejitError(6, "tilejit: no kernel for device '%s' (cpu and cuda only)" % dev.type)
-    ydt = _out_dtype(x2.dtype)
+        raise TilejitError(6, "tilejit: no kernel for device '%s' (cpu and cuda only)" % x2.device.type)
+    m = x2.shape[0]
     if out is not None:
-        if out.dtype != ydt or out.device != dev or out.shape != (*lead, b.n) or not out.is_contiguous():
+        if (out.dtype is not kind[2] or out.is_cpu != x2.is_cpu or out.shape[-1] != n or out.numel() != m * n
+                or not out.is_contiguous() or (dev is not None and out.device != dev)):
             raise ValueError("tilejit: out must be a contiguous %s tensor of shape %s on %s"
-                             % (ydt, (*lead, b.n), dev))
-        y = out.view(-1, b.n)
+                             % (kind[2], (*shape[:-1], n), x2.device))
+        y = out
+    elif dev is None:
+        y = torch.empty(m, n, dtype=kind[2])
     else:
-        y = torch.empty((x2.shape[0], b.n), dtype=ydt, device=dev)
-    if x2.shape[0]:
+        y = torch.empty(m, n, dtype=kind[2], device=dev)
+    if m:
         s = _scratch
-        _fill(s.x, s.xs, s.xst, x2, dev_type, dev_id)
-        _fill(s.y, s.ys, s.yst, y, dev_type, dev_id)
-        st = model._lib.tj_linear_ex(model._model, b.index, s.xref, s.yref, 0, stream)
+        sx = x2.stride()
+        _PACK.pack_into(s.buf, 0,
+                        x2.data_ptr(), dev_type, dev_id, 2, kind[0], kind[1], 1, s.xs, s.xst, 0,
+                        y.data_ptr(), dev_type, dev_id, 2, kind[3], kind[4], 1, s.ys, s.yst, 0,
+                        m, k, sx[0], sx[1], m, n, n, 1)
+        st = fn(mp, b.index, s.x, s.y, 0, stream)
         if st:
             raise TilejitError(st, model._error())
     if out is not None:
         return out
-    y = y.view(*lead, b.n)
-    return y if x.dtype == ydt or x.dtype not in _DT else y.to(x.dtype)
+    if nd != 2:
+        y = y.view(*shape[:-1], n)
+    return y if kind[2] is x.dtype or x.dtype not in _KIND else y.to(x.dtype)
 
 
 # --- the operator ----------------------------------------------------------------------------------
@@ -200,9 +217,7 @@ def _linear_cuda(x, handle):
 @linear.register_fake
 def _linear_fake(x, handle):
     b = _registry[handle]
-    dt = _out_dtype(x.dtype) if x.dtype in _DT else torch.float32
-    if x.dtype == torch.bfloat16:
-        dt = torch.bfloat16
+    dt = x.dtype if x.dtype in _KIND else torch.float32
     return x.new_empty((*x.shape[:-1], b.n), dtype=dt)
 
 
