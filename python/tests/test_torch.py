@@ -110,6 +110,18 @@ class TorchOp(unittest.TestCase):
         with self.assertRaises(RuntimeError):
             self.tw(x).sum().backward()
 
+    def test_freed_layer(self):
+        import gc
+        tw = tjt.TWLinear.from_linear(torch.nn.Linear(16, 8), sparsity=0.5, backend=BACKEND)
+        h = tw.handle
+        with torch.no_grad():
+            torch.ops.tilejit.linear(torch.randn(2, 16), h)
+        del tw
+        gc.collect()
+        with self.assertRaises(Exception) as cm:  # the compiled layer went with its module
+            torch.ops.tilejit.linear(torch.randn(2, 16), h)
+        self.assertIn("freed", str(cm.exception))
+
     def test_fake_and_opcheck(self):
         from torch._subclasses.fake_tensor import FakeTensorMode
         with FakeTensorMode():

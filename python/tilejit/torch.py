@@ -27,6 +27,7 @@ import re
 import struct
 import threading
 import time
+import weakref
 
 import torch
 from torch import nn
@@ -86,7 +87,7 @@ class _Group:
 class _Bound:
     """What the operator needs for one layer: its group, index and shape. Registered under a
     handle (an int that torch.compile bakes into the graph as a constant)."""
-    __slots__ = ("group", "index", "name", "n", "k", "cpu", "cuda", "handle")
+    __slots__ = ("group", "index", "name", "n", "k", "cpu", "cuda", "handle", "__weakref__")
 
     def __init__(self, group, name, n, k):
         self.group, self.name, self.n, self.k = group, name, n, k
@@ -112,7 +113,7 @@ class _Bound:
                         "and the pattern, and sparsify again after loading")
 
 
-_registry = {}
+_registry = weakref.WeakValueDictionary()  # handle -> _Bound, alive while its TWLinear is
 _handles = itertools.count(1)
 _DT = {torch.float32: (L.kDLFloat, 32), torch.float16: (L.kDLFloat, 16), torch.bfloat16: (L.kDLBfloat, 16)}
 
@@ -206,17 +207,24 @@ def _run(b, x, out=None):
 @torch.library.custom_op("tilejit::linear", mutates_args=(), device_types="cpu")
 def linear(x: torch.Tensor, handle: int) -> torch.Tensor:
     """y = act(x · (W ⊙ mask)ᵀ + b) for the tilejit layer `handle` (TWLinear.handle); x [..., k]."""
-    return _run(_registry[handle], x)
+    return _run(_bound(handle), x)
 
 
 @linear.register_kernel("cuda")
 def _linear_cuda(x, handle):
-    return _run(_registry[handle], x)
+    return _run(_bound(handle), x)
+
+
+def _bound(handle):
+    b = _registry.get(handle)
+    if b is None:
+        raise KeyError("tilejit: no layer with handle %d (its TWLinear was freed)" % handle)
+    return b
 
 
 @linear.register_fake
 def _linear_fake(x, handle):
-    b = _registry[handle]
+    b = _bound(handle)
     dt = x.dtype if x.dtype in _KIND else torch.float32
     return x.new_empty((*x.shape[:-1], b.n), dtype=dt)
 
