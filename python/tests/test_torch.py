@@ -128,6 +128,9 @@ class TorchOp(unittest.TestCase):
             x = torch.empty(2, 9, 160)
             y = torch.ops.tilejit.linear(x, self.tw.handle)
             self.assertEqual(tuple(y.shape), (2, 9, 300))
+        for key in ("CPU", "CUDA"):  # both kernels are registered (the CUDA one is unverified on hardware)
+            self.assertTrue(torch._C._dispatch_has_kernel_for_dispatch_key("tilejit::linear", key), key)
+        self.assertFalse(torch._C._dispatch_has_kernel_for_dispatch_key("tilejit::linear", "XLA"))
         x = torch.randn(3, 160, generator=self.gen)
         torch.library.opcheck(torch.ops.tilejit.linear.default, (x, self.tw.handle),
                               test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_static"))
