@@ -15,7 +15,6 @@ except ImportError:
     sys.exit(77)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-import tilejit  # noqa: E402
 import tilejit.torch as tjt  # noqa: E402
 
 BACKEND = os.environ.get("TJ_PY_BACKEND", "auto")  # the CPU kernels: "cpu" unless "reference"
