@@ -9,7 +9,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "dense_cpu.h"
+#include "bench/dense_cpu.h"
 #include "tj_config.h"
 #if TJ_HAVE_OPENBLAS
 #include <cblas.h>
@@ -202,7 +202,13 @@ static tj_status onednn_create(tj_dense *d, tj_error *err)
     DNNL_TRY(dnnl.md_with_tag(&md_y, 2, yd, DNNL_DT_F32, DNNL_TAG_AB), "memory_desc(dst)");
     /* weights in the layout the implementation prefers, reordered once outside the timing, as
      * an inference engine does with constant weights */
-    DNNL_TRY(dnnl.matmul_pd_create(&d->pd, d->eng, md_x, md_wany, NULL, md_y, NULL), "matmul primitive_desc");
+    dnnl_status st = dnnl.matmul_pd_create(&d->pd, d->eng, md_x, md_wany, NULL, md_y, NULL);
+    if (st == 3) { /* dnnl_unimplemented */
+        s = tj_fail(err, TJ_ERR_UNSUPPORTED, "oneDNN has no %s matmul for this CPU%s", bf ? "bf16" : "fp32",
+                    bf ? " (no avx512_bf16, AMX or AVX2-VNNI-2 instructions)" : "");
+        goto fail;
+    }
+    DNNL_TRY(st, "matmul primitive_desc");
     const char *impl = "?";
     dnnl.pd_query(d->pd, DNNL_QUERY_IMPL_INFO_STR, 0, &impl);
     if (strstr(impl, "ref")) {

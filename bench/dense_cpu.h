@@ -8,7 +8,7 @@
 
 #include <stdint.h>
 
-#include "error.h"
+#include "base/error.h"
 
 typedef enum tj_dense_kind {
     TJ_DENSE_ONEDNN_F32 = 0, /* oneDNN matmul, fp32, weights reordered once to its preferred layout */

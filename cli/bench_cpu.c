@@ -1,7 +1,9 @@
 /* `tilejit bench --backend cpu`: one random tile-wise layer like the paper's harness (every tile
  * keeps the same number of random rows; tw2 also drops columns), JIT-compiled by the CPU backend,
- * checked against the reference, and timed against dense OpenBLAS cblas_sgemm on the same X and
- * W with the same thread count. Sweep mode writes CSV and a gnuplot PNG of speedup vs sparsity.
+ * checked against the reference, and timed against the dense baselines of bench/dense_cpu.c on
+ * the same X and W with the same thread count: oneDNN fp32 (and bf16 where the CPU has bf16
+ * instructions) and OpenBLAS; the speedup is against the fastest fp32 one, named with its rate,
+ * next to the host's measured FMA peak. Sweep mode writes CSV and a gnuplot PNG.
  *
  * Timing: one warm-up call, then repeats of back-to-back calls lasting ≥ --min-time seconds
  * (0.2) each; the time per call of a repeat is its mean, the reported time the median of the
@@ -21,11 +23,8 @@
 #include "cli/cli.h"
 #include "pattern/random.h"
 #include "base/rng.h"
+#include "bench/dense_cpu.h"
 #include "tj_config.h"
-#if TJ_HAVE_OPENBLAS
-#include <cblas.h>
-void openblas_set_num_threads(int);
-#endif
 
 static const char *help =
     "usage: tilejit bench --backend cpu --m M --n N --k K --sparsity S [--g 128] [--threads T]\n"
@@ -42,8 +41,15 @@ static const char *help =
     "the thread's CPU time instead, for machines shared with other jobs. --config: a CPU config JSON\n"
     "({\"mr\":6,\"nr\":64,\"offsets\":\"table\"|\"unrolled\",\"unroll\":4,\"mb\":0,\"kc\":0}); without it, the best\n"
     "record of --tuning-log LOG (or $TILEJIT_TUNING_LOG) for this host and shape is used (-v says which).\n"
+    "Dense baselines (each on the same X, W and threads): oneDNN matmul fp32 (weights reordered\n"
+    "once to its preferred layout), oneDNN bf16 (only where the CPU has bf16 instructions),\n"
+    "OpenBLAS sgemm (sgemv at M = 1) with the core kernel it picked; oneDNN is libdnnl.so.3 opened\n"
+    "at run time ($TILEJIT_ONEDNN: another path). `dense` is the fastest fp32 one. The host's fp32\n"
+    "FMA peak is measured first, so a weak baseline is visible.\n"
     "Ends with one line (in sweep mode, for the last sparsity):\n"
-    "  speedup <dense/tilejit> tilejit_ms <ms> dense_ms <ms> kept_gflops <GFLOP/s of kept work>\n";
+    "  speedup <dense/tilejit> tilejit_ms <ms> dense_ms <ms> kept_gflops <GFLOP/s of kept work>\n"
+    "  baseline <onednn_f32|openblas> baseline_gflops <GF/s> peak_gflops <GF/s> onednn_f32_ms <ms>\n"
+    "  onednn_bf16_ms <ms> openblas_ms <ms> speedup_bf16 <onednn_bf16/tilejit>   (nan: unavailable)\n";
 
 typedef struct bopts {
     int64_t m, n, k, g;
@@ -57,6 +63,10 @@ typedef struct bopts {
 
 typedef struct bresult {
     double sparsity, density, tj_s, dense_s, relerr, jit_s, emit_s;
+    double base_s[TJ_DENSE_NKINDS]; /* per baseline, NAN when unavailable */
+    char base_name[TJ_DENSE_NKINDS][200];
+    char base_why[TJ_DENSE_NKINDS][300];
+    int best; /* fastest fp32 baseline (dense_s), -1 if none */
     int64_t kept;
     char cfg[200];
 } bresult;
@@ -113,20 +123,59 @@ static void run_tj(void *vp)
     tj_cpu_layer_run(r->cl, r->pool, r->threads, r->x, r->m, r->y);
 }
 
-#if TJ_HAVE_OPENBLAS
-typedef struct dense_run {
-    const float *x, *w;
-    float *y;
-    int64_t m, n, k;
-} dense_run;
+static void run_dense(void *vp) { tj_dense_run(vp); }
 
-static void run_dense(void *vp)
+/* A wrong baseline time is worthless: each baseline's Y is checked on three token rows against
+ * a double-precision dot product, fp32 within 1e-4, bf16 within 2e-2 (bf16-rounded X and W). */
+static double dense_rows_error(const bopts *o, const float *x, const float *w, const float *y)
 {
-    dense_run *d = vp;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)d->m, (blasint)d->n, (blasint)d->k, 1.0f, d->x,
-                (blasint)d->k, d->w, (blasint)d->k, 0.0f, d->y, (blasint)d->n);
+    int64_t rows[3] = {0, o->m / 2, o->m - 1};
+    double num = 0, den = 0;
+    for (int r = 0; r < 3; r++)
+        for (int64_t n = 0; n < o->n; n++) {
+            double ref = 0;
+            for (int64_t k = 0; k < o->k; k++) ref += (double)x[rows[r] * o->k + k] * w[n * o->k + k];
+            float v = y[rows[r] * o->n + n];
+            num += isfinite(v) ? (v - ref) * (v - ref) : INFINITY;
+            den += ref * ref;
+        }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
 }
-#endif
+
+/* Times every dense baseline available on x and w; y is scratch. */
+static int time_baselines(const char *C, const bopts *o, const float *x, const float *w, float *y, bresult *res)
+{
+    res->best = -1;
+    res->dense_s = NAN;
+    for (int kd = 0; kd < TJ_DENSE_NKINDS; kd++) {
+        tj_error err;
+        tj_dense *d = NULL;
+        res->base_s[kd] = NAN;
+        res->base_name[kd][0] = '\0';
+        if (tj_dense_create((tj_dense_kind)kd, x, w, y, o->m, o->n, o->k, o->threads, &d, &err) != TJ_OK) {
+            snprintf(res->base_why[kd], sizeof res->base_why[kd], "%.290s", err.msg);
+            continue;
+        }
+        snprintf(res->base_name[kd], sizeof res->base_name[kd], "%s", tj_dense_name(d));
+        for (int64_t i = 0; i < o->m * o->n; i++) y[i] = NAN;
+        double e = tj_dense_run(d) == 0 ? dense_rows_error(o, x, w, y) : INFINITY;
+        double lim = kd == TJ_DENSE_ONEDNN_BF16 ? 2e-2 : 1e-4;
+        if (!(e <= lim)) {
+            tj_dense_destroy(d);
+            return cli_fail(C, "dense baseline %s is wrong: relative error %.3g (limit %.0e)", res->base_name[kd], e, lim);
+        }
+        res->base_s[kd] = time_it(run_dense, d, o->min_time, o->repeats);
+        tj_dense_destroy(d);
+        if (kd != TJ_DENSE_ONEDNN_BF16 && (res->best < 0 || res->base_s[kd] < res->dense_s)) {
+            res->best = kd;
+            res->dense_s = res->base_s[kd];
+        }
+    }
+    if (res->best < 0)
+        return cli_fail(C, "no fp32 dense baseline: %s; %s", res->base_why[TJ_DENSE_ONEDNN_F32],
+                        res->base_why[TJ_DENSE_OPENBLAS]);
+    return 0;
+}
 
 /* Buffers aligned to a cache line, as NumPy, PyTorch and OpenBLAS allocate them: with malloc's
  * 16-byte alignment a vector store to y splits across two lines and tiles written by different
@@ -203,14 +252,7 @@ static int bench_point(const char *C, const bopts *o, double s, tj_cpu_jit *jit,
     }
     tj_run tr = {cl, pool, o->threads, x, y, o->m};
     res->tj_s = time_it(run_tj, &tr, o->min_time, o->repeats);
-#if TJ_HAVE_OPENBLAS
-    openblas_set_num_threads(o->threads);
-    dense_run dr = {x, w, ref, o->m, o->n, o->k};
-    res->dense_s = time_it(run_dense, &dr, o->min_time, o->repeats);
-#else
-    cli_fail(C, "this tilejit was built without OpenBLAS, the dense baseline (Debian libopenblas-dev)");
-    goto done;
-#endif
+    if (time_baselines(C, o, x, w, ref, res)) goto done;
     rc = 0;
 done:
     tj_cpu_layer_free(cl);
@@ -362,11 +404,24 @@ int bench_cpu(int argc, char **argv)
     printf("tilejit bench: cpu %s, M=%lld N=%lld K=%lld g=%lld tw%d, %d thread(s), seed %llu, %s clock\n",
            tj_host_cpu_name(), (long long)o.m, (long long)o.n, (long long)o.k, (long long)o.g, o.mode, o.threads,
            (unsigned long long)o.seed, o.thread_clock ? "thread CPU" : "wall");
-    printf("%-6s %-8s %11s %11s %9s %9s %8s %7s %8s %9s\n", "sparse", "density", "tilejit_ms", "dense_ms", "kept_GF/s",
-           "dense_GF/s", "speedup", "ideal", "jit_ms", "relerr");
+    double peak = tj_dense_fma_peak(o.threads, 0.3);
+    printf("fp32 FMA peak (measured): %.1f GFLOP/s on %d thread(s)\n", peak, o.threads);
     bresult res;
     for (int i = 0; i < ns; i++) {
         if (bench_point(C, &o, sp[i], jit, pool, &res)) goto out;
+        if (i == 0) {
+            double dflop = 2.0 * (double)o.m * (double)o.n * (double)o.k;
+            for (int kd = 0; kd < TJ_DENSE_NKINDS; kd++) {
+                if (isnan(res.base_s[kd]))
+                    printf("baseline %-11s unavailable: %s\n", tj_dense_kind_word((tj_dense_kind)kd), res.base_why[kd]);
+                else
+                    printf("baseline %-11s %s: %.4f ms, %.1f GFLOP/s%s\n", tj_dense_kind_word((tj_dense_kind)kd),
+                           res.base_name[kd], res.base_s[kd] * 1e3, dflop / res.base_s[kd] * 1e-9,
+                           kd == res.best ? "  <- dense (fastest fp32)" : "");
+            }
+            printf("%-6s %-8s %11s %11s %9s %9s %8s %7s %8s %9s\n", "sparse", "density", "tilejit_ms", "dense_ms",
+                   "kept_GF/s", "dense_GF/s", "speedup", "ideal", "jit_ms", "relerr");
+        }
         print_row(&o, &res);
         fflush(stdout);
         if (cf)
@@ -382,8 +437,13 @@ int bench_cpu(int argc, char **argv)
         if (plot && write_plot(C, csv, plot, &o)) goto out;
     }
     printf("config %s\n", res.cfg);
-    printf("speedup %.3f tilejit_ms %.4f dense_ms %.4f kept_gflops %.2f\n", res.dense_s / res.tj_s, res.tj_s * 1e3,
-           res.dense_s * 1e3, 2.0 * (double)o.m * (double)res.kept / res.tj_s * 1e-9);
+    double dflop = 2.0 * (double)o.m * (double)o.n * (double)o.k;
+    printf("speedup %.3f tilejit_ms %.4f dense_ms %.4f kept_gflops %.2f baseline %s baseline_gflops %.2f peak_gflops %.2f "
+           "onednn_f32_ms %.4f onednn_bf16_ms %.4f openblas_ms %.4f speedup_bf16 %.3f\n",
+           res.dense_s / res.tj_s, res.tj_s * 1e3, res.dense_s * 1e3, 2.0 * (double)o.m * (double)res.kept / res.tj_s * 1e-9,
+           tj_dense_kind_word((tj_dense_kind)res.best), dflop / res.dense_s * 1e-9, peak,
+           res.base_s[TJ_DENSE_ONEDNN_F32] * 1e3, res.base_s[TJ_DENSE_ONEDNN_BF16] * 1e3,
+           res.base_s[TJ_DENSE_OPENBLAS] * 1e3, res.base_s[TJ_DENSE_ONEDNN_BF16] / res.tj_s);
     rc = 0;
 out:
     if (cf) fclose(cf);
