@@ -35,6 +35,8 @@
 
 /* ---------------------------------------------------------------- configs */
 
+const char *tj_cpu_gen_id(void) { return "tilejit " TJ_VERSION " cpu-gen 1 built " __DATE__ " " __TIME__; }
+
 tj_cpu_config tj_cpu_config_default(void)
 {
     /* AVX-512 (32 registers of 16 floats): 6 × 64 beat 12 × 32 and 8 × 48 on BERT-base shapes

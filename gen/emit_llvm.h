@@ -40,6 +40,10 @@ typedef struct tj_cpu_config {
     int order;
 } tj_cpu_config;
 
+/* Identifies this emitter build for object-cache keys: the generator's version and the build
+ * time of emit_llvm.c, so a rebuilt emitter never reuses objects of an older one. Borrowed. */
+const char *tj_cpu_gen_id(void);
+
 /* The built-in default for a layer (before any tuning record). */
 tj_cpu_config tj_cpu_config_default(void);
 /* Parses JSON (NULL or "" gives the default); checks ranges. `vec` 0 is resolved later. */

@@ -78,10 +78,22 @@ void tj_plan_pack_f32(const tj_plan *p, const void *w, tj_dtype wdt, float *dst)
     for (int64_t t = 0; t < l->ntiles; t++) {
         const int32_t *rows = l->tile_rows + l->tile_ptr[t];
         int64_t nr = tj_tile_nrows(l, t), width = tj_tile_width(l, t);
-        for (int64_t c = 0; c < width; c++) {
-            int64_t n = tj_layer_col(l, t * l->g + c);
-            for (int64_t r = 0; r < nr; r++)
-                dst[p->off[t] + r * p->ld[t] + c] = tj_load_f32(w, wdt, n * l->k + rows[r]);
+        /* 16 columns at a time: each packed row segment is one cache line written whole, and
+         * the 16 weight rows it reads from stay in cache as r advances (a plain column loop
+         * wrote one float per cache line, the transposition's worst case) */
+        for (int64_t c0 = 0; c0 < width; c0 += 16) {
+            int64_t cw = width - c0 < 16 ? width - c0 : 16;
+            int64_t base[16];
+            for (int64_t c = 0; c < cw; c++) base[c] = tj_layer_col(l, t * l->g + c0 + c) * l->k;
+            float *d = dst + p->off[t] + c0;
+            if (wdt == TJ_F32) {
+                const char *wb = w;
+                for (int64_t r = 0; r < nr; r++, d += p->ld[t])
+                    for (int64_t c = 0; c < cw; c++) memcpy(&d[c], wb + 4 * (base[c] + rows[r]), 4);
+            } else {
+                for (int64_t r = 0; r < nr; r++, d += p->ld[t])
+                    for (int64_t c = 0; c < cw; c++) d[c] = tj_load_f32(w, wdt, base[c] + rows[r]);
+            }
         }
     }
 }

@@ -165,8 +165,11 @@ static uint64_t checksum64(const void *data, size_t n)
 #define HEADER_SIZE 64 /* magic 8, version 4, reserved 4, length 8, key 32, payload checksum 8 */
 #define MAX_PAYLOAD ((uint64_t)1 << 34)
 
+#define DEFAULT_MAX_MB 2048
+
 struct tj_cache {
     char *dir;
+    uint64_t max_bytes; /* 0: no cap */
     int mode; /* 0 off, 1 lookups, 2 lookups and stores */
     pthread_mutex_t lock;
     char *warning;
@@ -255,6 +258,11 @@ tj_status tj_cache_open(const char *dir, tj_cache **out, tj_error *err)
     if (!c) return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory opening the kernel cache");
     pthread_mutex_init(&c->lock, NULL);
     c->dir = dir && *dir ? strdup(dir) : tj_cache_default_dir();
+    const char *cap = getenv("TILEJIT_CACHE_MAX_MB");
+    char *end = NULL;
+    double mb = cap && *cap ? strtod(cap, &end) : DEFAULT_MAX_MB;
+    if (cap && *cap && (end == cap || *end || !(mb >= 0))) mb = DEFAULT_MAX_MB; /* unparsable: the default */
+    c->max_bytes = (uint64_t)(mb * 1048576.0);
     if (!c->dir) {
         warn(c, "kernel cache disabled: no cache directory (set TILEJIT_CACHE_DIR, XDG_CACHE_HOME or HOME)");
         *out = c;
@@ -361,6 +369,71 @@ static int write_full(int fd, const void *buf, size_t n)
     return 1;
 }
 
+typedef struct entry_age {
+    struct timespec mtime;
+    uint64_t size;
+    char name[80];
+} entry_age;
+
+static int older(const void *a, const void *b)
+{
+    const entry_age *x = a, *y = b;
+    if (x->mtime.tv_sec != y->mtime.tv_sec) return x->mtime.tv_sec < y->mtime.tv_sec ? -1 : 1;
+    if (x->mtime.tv_nsec != y->mtime.tv_nsec) return x->mtime.tv_nsec < y->mtime.tv_nsec ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+/* Size cap: when the entries (*.tjc) take more than max_bytes, delete the least recently used
+ * (oldest mtime) until they take at most 90 % of it; `keep` (the entry just stored) goes last.
+ * Other processes may evict at the same time: a vanished file is simply skipped, and a reader
+ * that loses an entry rebuilds it. */
+static void evict(tj_cache *c, const char *keep)
+{
+    DIR *d = opendir(c->dir);
+    if (!d) return;
+    entry_age *v = NULL;
+    size_t n = 0, cap = 0;
+    uint64_t total = 0;
+    struct dirent *e;
+    char path[4400];
+    while ((e = readdir(d)) != NULL) {
+        size_t nl = strlen(e->d_name);
+        if (nl < 5 || nl >= sizeof v->name || strcmp(e->d_name + nl - 4, ".tjc") != 0) continue;
+        snprintf(path, sizeof path, "%.4000s/%.255s", c->dir, e->d_name);
+        struct stat st;
+        if (lstat(path, &st) != 0 || !S_ISREG(st.st_mode)) continue;
+        if (n == cap) {
+            size_t nc = cap ? 2 * cap : 64;
+            entry_age *nv = realloc(v, nc * sizeof *nv);
+            if (!nv) break; /* out of memory: evict what was seen */
+            v = nv;
+            cap = nc;
+        }
+        v[n].mtime = st.st_mtim;
+        v[n].size = (uint64_t)st.st_size;
+        memcpy(v[n].name, e->d_name, nl + 1);
+        total += v[n].size;
+        n++;
+    }
+    closedir(d);
+    if (total > c->max_bytes) {
+        qsort(v, n, sizeof *v, older);
+        uint64_t target = c->max_bytes / 10 * 9;
+        const char *kb = strrchr(keep, '/');
+        kb = kb ? kb + 1 : keep;
+        for (int pass = 0; pass < 2 && total > target; pass++)
+            for (size_t i = 0; i < n && total > target; i++) {
+                if ((strcmp(v[i].name, kb) == 0) != pass) continue; /* the new entry only if nothing else helps */
+                snprintf(path, sizeof path, "%.4000s/%.255s", c->dir, v[i].name);
+                if (unlink(path) == 0) {
+                    total -= v[i].size;
+                    count(c, &c->stats.evicted);
+                }
+            }
+    }
+    free(v);
+}
+
 tj_status tj_cache_lookup(tj_cache *c, const tj_cache_key *k, void **blob, size_t *len, tj_cache_result *res,
                           tj_error *err)
 {
@@ -401,6 +474,8 @@ tj_status tj_cache_lookup(tj_cache *c, const tj_cache_key *k, void **blob, size_
         count(c, &c->stats.discarded);
         return TJ_OK;
     }
+    /* least recently used = oldest modification time: a hit makes the entry young again */
+    if (c->mode == 2) utimensat(AT_FDCWD, path, NULL, 0);
     *blob = data;
     *len = (size_t)n;
     *res = TJ_CACHE_HIT;
@@ -442,5 +517,19 @@ tj_status tj_cache_store(tj_cache *c, const tj_cache_key *k, const void *blob, s
         return TJ_OK;
     }
     count(c, &c->stats.stores);
+    if (c->max_bytes) evict(c, path);
     return TJ_OK;
+}
+
+void tj_cache_remove(tj_cache *c, const tj_cache_key *k)
+{
+    if (!c || c->mode != 2) return;
+    char path[4200];
+    entry_path(c, k, path, sizeof path);
+    unlink(path);
+}
+
+void tj_cache_set_max_bytes(tj_cache *c, uint64_t max_bytes)
+{
+    if (c) c->max_bytes = max_bytes;
 }

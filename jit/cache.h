@@ -6,8 +6,10 @@
  * checksum of the payload) and the payload, written to a temporary file in the same directory and
  * renamed into place, so readers in other processes see a whole entry or none. An entry that
  * fails any check is deleted and reported as a miss (the caller rebuilds and stores it again).
- * Temporary files of writers that died mid-write are removed after an hour. Nothing is evicted:
- * delete the directory to reclaim space.
+ * Temporary files of writers that died mid-write are removed after an hour. The directory is
+ * kept under a size cap ($TILEJIT_CACHE_MAX_MB, default 2048 MiB; tj_cache_set_max_bytes) by
+ * least-recently-used eviction: a hit refreshes its entry's modification time, and a store that
+ * takes the directory over the cap deletes the oldest entries until it is under 90 % of it.
  * A directory that cannot be created or written turns caching (or storing) off and leaves one
  * warning for the caller; the library itself never prints. Thread-safe. */
 #ifndef TJ_CACHE_H
@@ -71,9 +73,14 @@ tj_status tj_cache_lookup(tj_cache *c, const tj_cache_key *k, void **blob, size_
 /* Stores a payload. Failures to write are not errors: they leave a warning and return TJ_OK. */
 tj_status tj_cache_store(tj_cache *c, const tj_cache_key *k, const void *blob, size_t len, tj_error *err);
 
+/* Deletes the entry of a key, if any (an entry its user found unusable). */
+void tj_cache_remove(tj_cache *c, const tj_cache_key *k);
+/* The size cap in bytes (0: no cap). */
+void tj_cache_set_max_bytes(tj_cache *c, uint64_t max_bytes);
+
 /* Counters since open. */
 typedef struct tj_cache_stats {
-    int64_t hits, misses, discarded, stores, store_failures;
+    int64_t hits, misses, discarded, stores, store_failures, evicted;
 } tj_cache_stats;
 tj_cache_stats tj_cache_get_stats(tj_cache *c);
 

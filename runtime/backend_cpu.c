@@ -7,115 +7,11 @@
 #include <unistd.h>
 
 #include <llvm-c/Core.h>
-#include <llvm-c/Error.h>
-#include <llvm-c/LLJIT.h>
 #include <llvm-c/Orc.h>
-#include <llvm-c/Target.h>
-#include <llvm-c/TargetMachine.h>
-#include <llvm-c/Transforms/PassBuilder.h>
 
 #include "runtime/backend_cpu.h"
+#include "jit/cpu_jit.h"
 #include "base/host.h"
-
-/* Wraps one LLVM call returning LLVMErrorRef: keeps the call, file, line and LLVM's message. */
-#define TJ_TRY_LLVM(call, err)                                                                  \
-    do {                                                                                        \
-        LLVMErrorRef tj_llvm_e_ = (call);                                                       \
-        if (tj_llvm_e_) return llvm_fail((err), tj_llvm_e_, #call, __FILE__, __LINE__);         \
-    } while (0)
-
-static tj_status llvm_fail(tj_error *err, LLVMErrorRef e, const char *call, const char *file, int line)
-{
-    char *msg = LLVMGetErrorMessage(e);
-    tj_status s = tj_fail(err, TJ_ERR_COMPILE, "%s:%d: %s: %s", file, line, call, msg ? msg : "(no message)");
-    LLVMDisposeErrorMessage(msg);
-    return s;
-}
-
-/* ---------------------------------------------------------------- JIT */
-
-/* The emitted IR is already explicit vector code: it needs cleanup and loop-invariant code
- * motion, not the whole O2 pipeline. */
-#define TJ_CPU_PASSES "function(instcombine,simplifycfg,early-cse)"
-
-struct tj_cpu_jit {
-    LLVMOrcLLJITRef jit;
-    LLVMTargetMachineRef tm; /* for the optimisation pipeline */
-    pthread_mutex_t lock;    /* adding modules and lookups are serialised per JIT */
-};
-
-static pthread_once_t llvm_once = PTHREAD_ONCE_INIT;
-static int llvm_init_failed;
-
-static void llvm_init(void)
-{
-    if (LLVMInitializeNativeTarget() || LLVMInitializeNativeAsmPrinter()) llvm_init_failed = 1;
-}
-
-static tj_status make_tm(LLVMTargetMachineRef *out, tj_error *err)
-{
-    char *triple = LLVMGetDefaultTargetTriple(), *cpu = LLVMGetHostCPUName(), *feat = LLVMGetHostCPUFeatures();
-    char *msg = NULL;
-    LLVMTargetRef target;
-    tj_status s = TJ_OK;
-    *out = NULL;
-    if (LLVMGetTargetFromTriple(triple, &target, &msg)) {
-        s = tj_fail(err, TJ_ERR_UNSUPPORTED, "LLVM has no target for '%s': %s", triple, msg ? msg : "");
-    } else {
-        *out = LLVMCreateTargetMachine(target, triple, cpu, feat, LLVMCodeGenLevelAggressive, LLVMRelocDefault,
-                                       LLVMCodeModelJITDefault);
-        if (!*out) s = tj_fail(err, TJ_ERR_UNSUPPORTED, "LLVM cannot create a target machine for %s (%s)", triple, cpu);
-    }
-    LLVMDisposeMessage(msg);
-    LLVMDisposeMessage(triple);
-    LLVMDisposeMessage(cpu);
-    LLVMDisposeMessage(feat);
-    return s;
-}
-
-static tj_status jit_create(tj_cpu_jit *j, tj_error *err)
-{
-    LLVMTargetMachineRef jtm;
-    TJ_TRY(make_tm(&j->tm, err));
-    TJ_TRY(make_tm(&jtm, err));
-    LLVMOrcLLJITBuilderRef b = LLVMOrcCreateLLJITBuilder();
-    LLVMOrcLLJITBuilderSetJITTargetMachineBuilder(b, LLVMOrcJITTargetMachineBuilderCreateFromTargetMachine(jtm));
-    TJ_TRY_LLVM(LLVMOrcCreateLLJIT(&j->jit, b), err); /* takes the builder */
-    LLVMOrcDefinitionGeneratorRef gen;
-    TJ_TRY_LLVM(LLVMOrcCreateDynamicLibrarySearchGeneratorForProcess(&gen, LLVMOrcLLJITGetGlobalPrefix(j->jit), NULL, NULL),
-                err);
-    LLVMOrcJITDylibAddGenerator(LLVMOrcLLJITGetMainJITDylib(j->jit), gen);
-    return TJ_OK;
-}
-
-tj_status tj_cpu_jit_create(tj_cpu_jit **out, tj_error *err)
-{
-    *out = NULL;
-    pthread_once(&llvm_once, llvm_init);
-    if (llvm_init_failed) return tj_fail(err, TJ_ERR_UNSUPPORTED, "LLVM has no native target in this build");
-    tj_cpu_jit *j = calloc(1, sizeof *j);
-    if (!j) return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory");
-    pthread_mutex_init(&j->lock, NULL);
-    tj_status s = jit_create(j, err);
-    if (s != TJ_OK) {
-        tj_cpu_jit_destroy(j);
-        return s;
-    }
-    *out = j;
-    return TJ_OK;
-}
-
-void tj_cpu_jit_destroy(tj_cpu_jit *j)
-{
-    if (!j) return;
-    if (j->jit) {
-        LLVMErrorRef e = LLVMOrcDisposeLLJIT(j->jit);
-        if (e) LLVMConsumeError(e);
-    }
-    if (j->tm) LLVMDisposeTargetMachine(j->tm);
-    pthread_mutex_destroy(&j->lock);
-    free(j);
-}
 
 /* TILEJIT_DUMP_DIR: every emitted module as DIR/<prefix>.ll (before optimisation), with the
  * config and pass pipeline in a header comment. Best effort: a dump failure never fails a load. */
@@ -128,42 +24,133 @@ static void dump_ir(LLVMModuleRef m, const tj_layer *l, const tj_cpu_config *cfg
     FILE *f = fopen(path, "w");
     if (!f) return;
     char *cj = tj_cpu_config_to_json(cfg), *ir = LLVMPrintModuleToString(m);
-    const char *passes = getenv("TILEJIT_CPU_PASSES");
-    fprintf(f, "; layer %s, config %s\n; passes %s, host %s\n%s", l->name, cj ? cj : "?",
-            passes && *passes ? passes : TJ_CPU_PASSES, tj_host_cpu_name(), ir ? ir : "");
+    fprintf(f, "; layer %s, config %s\n; passes %s, host %s\n%s", l->name, cj ? cj : "?", tj_cpu_jit_passes(),
+            tj_host_cpu_name(), ir ? ir : "");
     free(cj);
     LLVMDisposeMessage(ir);
     fclose(f);
 }
 
-/* Optimises m for the host and hands it to the JIT; looks up (and so compiles) the entries. */
-static tj_status jit_add(tj_cpu_jit *j, LLVMOrcThreadSafeContextRef tsc, LLVMModuleRef m, tj_cpu_layer *cl,
-                         tj_error *err)
+/* ---------------------------------------------------------------- the object cache */
+
+/* Cache entry of one layer: "TJCO", a format number, sizeof(tj_cpu_emit_info), the info (entry
+ * names, table sizes) and the ELF object. The key covers everything the object depends on. */
+#define OBJ_MAGIC "TJCO"
+#define OBJ_FORMAT 1u
+
+static void layer_key(tj_cache_key *k, const tj_layer *l, const tj_cpu_config *cfg, const char *prefix)
 {
-    LLVMPassBuilderOptionsRef po = LLVMCreatePassBuilderOptions();
-    const char *passes = getenv("TILEJIT_CPU_PASSES"); /* an experiment knob; the IR needs little */
-    if (!passes || !*passes) passes = TJ_CPU_PASSES;
-    LLVMErrorRef e = LLVMRunPasses(m, passes, j->tm, po);
-    LLVMDisposePassBuilderOptions(po);
-    if (e) {
-        LLVMDisposeModule(m);
-        return llvm_fail(err, e, "LLVMRunPasses", __FILE__, __LINE__);
-    }
-    LLVMOrcThreadSafeModuleRef tsm = LLVMOrcCreateNewThreadSafeModule(m, tsc);
-    e = LLVMOrcLLJITAddLLVMIRModule(j->jit, LLVMOrcLLJITGetMainJITDylib(j->jit), tsm);
-    if (e) {
-        LLVMOrcDisposeThreadSafeModule(tsm);
-        return llvm_fail(err, e, "LLVMOrcLLJITAddLLVMIRModule", __FILE__, __LINE__);
-    }
-    LLVMOrcExecutorAddress a = 0;
-    TJ_TRY_LLVM(LLVMOrcLLJITLookup(j->jit, &a, cl->info.item_name), err);
-    cl->item = (tj_cpu_item_fn)(uintptr_t)a;
-    cl->post = NULL;
-    if (cl->info.post_name[0]) {
-        TJ_TRY_LLVM(LLVMOrcLLJITLookup(j->jit, &a, cl->info.post_name), err);
-        cl->post = (tj_cpu_post_fn)(uintptr_t)a;
-    }
+    tj_cache_key_begin(k);
+    tj_cache_key_add_str(k, "tilejit cpu object");
+    tj_cache_key_add_str(k, tj_cpu_gen_id());
+    int64_t head[6] = {l->n, l->k, l->g, l->ncols, l->ntiles, (int64_t)l->act};
+    tj_cache_key_add(k, head, sizeof head);
+    tj_cache_key_add(k, l->cols, l->cols ? (size_t)l->ncols * sizeof *l->cols : 0);
+    tj_cache_key_add(k, l->tile_ptr, (size_t)(l->ntiles + 1) * sizeof *l->tile_ptr);
+    tj_cache_key_add(k, l->tile_rows, (size_t)l->tile_ptr[l->ntiles] * sizeof *l->tile_rows);
+    tj_cache_key_add(k, l->ew_indptr, l->ew_indptr ? (size_t)(l->n + 1) * sizeof *l->ew_indptr : 0);
+    tj_cache_key_add(k, l->ew_indices, l->ew_indptr ? (size_t)l->ew_nnz * sizeof *l->ew_indices : 0);
+    char *cj = tj_cpu_config_to_json(cfg);
+    tj_cache_key_add_str(k, cj ? cj : "?");
+    free(cj);
+    tj_cache_key_add_str(k, prefix);
+    tj_cpu_jit_key_host(k);
+    tj_cache_key_end(k);
+}
+
+static tj_status add_object(tj_cpu_jit *jit, tj_cpu_layer *cl, const void *obj, size_t len, tj_error *err)
+{
+    const char *names[2] = {cl->info.item_name, cl->info.post_name};
+    void *addr[2] = {NULL, NULL};
+    TJ_TRY(tj_cpu_jit_add_object(jit, obj, len, names, cl->info.post_name[0] ? 2 : 1, addr, err));
+    cl->item = (tj_cpu_item_fn)(uintptr_t)addr[0];
+    cl->post = (tj_cpu_post_fn)(uintptr_t)addr[1];
     return TJ_OK;
+}
+
+/* A cached object for the layer, added to the JIT: 1 on success, 0 when there is none (or it
+ * failed its checks and has been removed), 2 when the JIT rejected it (removed too; its symbols
+ * may stay defined in the JIT), -1 on an error that must fail the load. */
+static int load_cached(tj_cpu_jit *jit, tj_cache *cache, const tj_cache_key *key, tj_cpu_layer *cl, tj_error *err)
+{
+    void *blob = NULL;
+    size_t len = 0;
+    tj_cache_result res;
+    if (tj_cache_lookup(cache, key, &blob, &len, &res, err) != TJ_OK) return -1;
+    if (res != TJ_CACHE_HIT) return 0;
+    const uint8_t *p = blob;
+    size_t hdr = 12 + sizeof cl->info;
+    uint32_t fmt = 0, isz = 0;
+    if (len > hdr) {
+        memcpy(&fmt, p + 4, 4);
+        memcpy(&isz, p + 8, 4);
+    }
+    int ok = len > hdr && memcmp(p, OBJ_MAGIC, 4) == 0 && fmt == OBJ_FORMAT && isz == sizeof cl->info;
+    if (ok) {
+        memcpy(&cl->info, p + 12, sizeof cl->info);
+        cl->info.item_name[sizeof cl->info.item_name - 1] = '\0';
+        cl->info.post_name[sizeof cl->info.post_name - 1] = '\0';
+        tj_error aerr;
+        if (add_object(jit, cl, p + hdr, len - hdr, &aerr) != TJ_OK) ok = 2;
+    }
+    free(blob);
+    if (ok != 1) tj_cache_remove(cache, key);
+    return ok;
+}
+
+/* Emits, optimises and compiles layer l to an object, through the JIT's cache when it has one,
+ * and adds it to the JIT. */
+static tj_status compile_layer(tj_cpu_jit *jit, const tj_layer *l, tj_cpu_layer *cl, const char *prefix, tj_error *err)
+{
+    tj_cache *cache = tj_cpu_jit_cache(jit);
+    tj_cache_key key;
+    char pfx[64];
+    snprintf(pfx, sizeof pfx, "%s", prefix);
+    if (cache && tj_cache_mode(cache) > 0) {
+        layer_key(&key, l, &cl->cfg, pfx);
+        int r = load_cached(jit, cache, &key, cl, err);
+        if (r < 0) return err->status;
+        if (r == 1) {
+            cl->from_cache = 1;
+            return TJ_OK;
+        }
+        /* a cached object this JIT rejected may have left its symbols defined: build under
+         * fresh names (a new key too) */
+        if (r == 2) {
+            snprintf(pfx, sizeof pfx, "%s_r", prefix);
+            layer_key(&key, l, &cl->cfg, pfx);
+        }
+    }
+    double t0 = tj_now();
+    LLVMOrcThreadSafeContextRef tsc = LLVMOrcCreateNewThreadSafeContext();
+    LLVMModuleRef mod = NULL;
+    tj_status s = tj_cpu_emit_module(LLVMOrcThreadSafeContextGetContext(tsc), l, &cl->plan, &cl->cfg, pfx, &mod, &cl->info, err);
+    cl->emit_seconds = tj_now() - t0;
+    void *obj = NULL;
+    size_t len = 0;
+    if (s == TJ_OK) {
+        dump_ir(mod, l, &cl->cfg, pfx);
+        s = tj_cpu_jit_compile(jit, mod, &obj, &len, err); /* consumes mod */
+    }
+    LLVMOrcDisposeThreadSafeContext(tsc);
+    if (s == TJ_OK && cache && tj_cache_mode(cache) == 2) {
+        size_t hdr = 12 + sizeof cl->info;
+        uint8_t *blob = malloc(hdr + len);
+        if (!blob) s = tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory");
+        else {
+            uint32_t fmt = OBJ_FORMAT, isz = (uint32_t)sizeof cl->info;
+            memcpy(blob, OBJ_MAGIC, 4);
+            memcpy(blob + 4, &fmt, 4);
+            memcpy(blob + 8, &isz, 4);
+            memcpy(blob + 12, &cl->info, sizeof cl->info);
+            memcpy(blob + hdr, obj, len);
+            s = tj_cache_store(cache, &key, blob, hdr + len, err);
+            free(blob);
+        }
+    }
+    if (s == TJ_OK) s = add_object(jit, cl, obj, len, err);
+    free(obj);
+    return s;
 }
 
 /* ---------------------------------------------------------------- layers */
@@ -222,19 +209,8 @@ tj_status tj_cpu_layer_build(tj_cpu_jit *jit, const tj_layer *l, const tj_layer_
     if (s != TJ_OK) goto fail;
 
     double t0 = tj_now();
-    LLVMOrcThreadSafeContextRef tsc = LLVMOrcCreateNewThreadSafeContext();
-    LLVMModuleRef mod = NULL;
-    s = tj_cpu_emit_module(LLVMOrcThreadSafeContextGetContext(tsc), l, &cl->plan, &cl->cfg, prefix, &mod, &cl->info, err);
-    double t1 = tj_now();
-    cl->emit_seconds = t1 - t0;
-    if (s == TJ_OK) dump_ir(mod, l, &cl->cfg, prefix);
-    if (s == TJ_OK) {
-        pthread_mutex_lock(&jit->lock);
-        s = jit_add(jit, tsc, mod, cl, err);
-        pthread_mutex_unlock(&jit->lock);
-    }
-    LLVMOrcDisposeThreadSafeContext(tsc); /* the module keeps its own reference */
-    cl->compile_seconds = tj_now() - t1;
+    s = compile_layer(jit, l, cl, prefix, err);
+    cl->compile_seconds = tj_now() - t0 - cl->emit_seconds;
     if (s != TJ_OK) goto fail;
     t0 = tj_now();
     s = pack(cl, w, err);
@@ -298,6 +274,8 @@ void tj_cpu_layer_run(const tj_cpu_layer *cl, tj_pool *pool, int threads, const 
 
 typedef struct cpu_ctx {
     tj_pool *pool;
+    tj_cache *cache; /* opened at the first model load */
+    int cache_opened;
 } cpu_ctx;
 
 tj_status tj_cpu_context_pool(tj_context *c, tj_pool **out, tj_error *err)
@@ -325,6 +303,7 @@ void tj_cpu_context_release(tj_context *c)
     if (!c || !c->cpu) return;
     cpu_ctx *cc = c->cpu;
     tj_pool_destroy(cc->pool);
+    tj_cache_close(cc->cache);
     free(cc);
     c->cpu = NULL;
 }
@@ -339,9 +318,31 @@ typedef struct cpu_model {
 static tj_status cpu_available(tj_context *c, tj_error *err)
 {
     (void)c;
-    pthread_once(&llvm_once, llvm_init);
-    if (llvm_init_failed) return tj_fail(err, TJ_ERR_UNSUPPORTED, "LLVM has no native target for this host");
-    return TJ_OK;
+    return tj_cpu_jit_available(err);
+}
+
+/* The context's kernel cache (the same directory as the CUDA backend's), opened once; NULL
+ * with a note when it cannot be used. */
+static tj_status open_cache(tj_context *c, tj_cache **out, tj_error *err)
+{
+    tj_pool *pool;
+    TJ_TRY(tj_cpu_context_pool(c, &pool, err)); /* creates c->cpu */
+    char *warning = NULL;
+    tj_status s = TJ_OK;
+    pthread_mutex_lock(&c->lock);
+    cpu_ctx *cc = c->cpu;
+    if (!cc->cache_opened) {
+        s = tj_cache_open(c->cache_dir, &cc->cache, err);
+        if (s == TJ_OK) {
+            cc->cache_opened = 1;
+            warning = tj_cache_take_warning(cc->cache);
+        }
+    }
+    *out = cc->cache;
+    pthread_mutex_unlock(&c->lock);
+    if (warning) tj_context_note(c, "cpu: kernel cache: %s", warning);
+    free(warning);
+    return s;
 }
 
 static void cpu_unload(tj_model *m)
@@ -365,7 +366,11 @@ static tj_status cpu_load(tj_model *m, tj_error *err)
     if (!cm->layers) return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory");
     TJ_TRY(tj_cpu_context_pool(m->ctx, &cm->pool, err));
     TJ_TRY(tj_cpu_jit_create(&cm->jit, err));
-    double emit = 0, compile = 0;
+    tj_cache *cache = NULL;
+    TJ_TRY(open_cache(m->ctx, &cache, err));
+    tj_cpu_jit_set_cache(cm->jit, cache);
+    double emit = 0, compile = 0, packing = 0, t0 = tj_now();
+    int64_t hits = 0;
     for (int64_t i = 0; i < n; i++) {
         const tj_layer *l = &m->pattern->layers[i];
         const char *json = tj_context_config_for(m->ctx, "cpu", tj_host_cpu_name(), "x86_64", l, 0);
@@ -377,9 +382,13 @@ static tj_status cpu_load(tj_model *m, tj_error *err)
         cm->nlayers = i + 1;
         emit += cm->layers[i]->emit_seconds;
         compile += cm->layers[i]->compile_seconds;
+        hits += cm->layers[i]->from_cache;
+        packing += cm->layers[i]->pack_seconds;
     }
-    tj_context_note(m->ctx, "cpu: %lld layers for %s: emit %.3f s, optimise+JIT %.3f s", (long long)n,
-                    tj_host_cpu_name(), emit, compile);
+    tj_context_note(m->ctx,
+                    "cpu: %lld layers for %s in %.3f s: emit %.3f s, optimise+JIT %.3f s (%lld from the kernel cache), "
+                    "packing weights %.3f s",
+                    (long long)n, tj_host_cpu_name(), tj_now() - t0, emit, compile, (long long)hits, packing);
     return TJ_OK;
 }
 

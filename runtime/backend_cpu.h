@@ -6,14 +6,11 @@
 #define TJ_BACKEND_CPU_H
 
 #include "gen/emit_llvm.h"
+#include "jit/cpu_jit.h"
 #include "gen/plan.h"
 #include "runtime/model.h"
 #include "base/threadpool.h"
 
-/* One ORC LLJIT for the host (owns the code of every layer added to it). */
-typedef struct tj_cpu_jit tj_cpu_jit;
-tj_status tj_cpu_jit_create(tj_cpu_jit **out, tj_error *err);
-void tj_cpu_jit_destroy(tj_cpu_jit *j);
 
 typedef void (*tj_cpu_item_fn)(const float *x, float *y, const float *wp, const float *bk, int64_t slot,
                                int64_t m0, int64_t m1);
@@ -34,6 +31,7 @@ typedef struct tj_cpu_layer {
     tj_cpu_post_fn post;
     int64_t mb;           /* tokens per work item */
     double emit_seconds, compile_seconds, pack_seconds;
+    int from_cache;       /* the object came from the on-disk cache (no emit, no LLVM codegen) */
 } tj_cpu_layer;
 
 /* Emits, optimises and JIT-compiles layer l with config cfg (NULL: the default; vec 0: the
