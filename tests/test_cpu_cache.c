@@ -1,0 +1,342 @@
+/* The CPU backend's on-disk object cache (jit/cpu_jit.c through jit/cache.c), against the
+ * reference on fresh random data every time:
+ * - a second build of the same layers loads every object from the cache (no LLVM) and gives
+ *   bit-identical results; a change of config or pattern misses;
+ * - entries torn afterwards (a flipped payload byte, truncation) are discarded and rebuilt, and
+ *   an entry that passes the checksum but holds an object the JIT rejects is removed and rebuilt
+ *   under fresh symbol names;
+ * - writers SIGKILLed while compiling through the cache leave nothing a later run trusts;
+ * - 4 processes building the same layers through one cache at once are all right and leave one
+ *   entry per layer and no temporary files;
+ * - the size cap evicts the least recently used entries, a hit counting as a use. */
+#include <dirent.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/dtype.h"
+#include "pattern/random.h"
+#include "runtime/backend_cpu.h"
+#include "tj_test.h"
+
+#define NL 3
+
+typedef struct layer_data {
+    tj_layer l;
+    float *w, *bias;
+    tj_layer_weights lw;
+} layer_data;
+
+static int make_layers(layer_data *d, uint64_t seed)
+{
+    static const tj_random_spec spec[NL] = {
+        {256, 192, 64, 0.75, 1, 0, 0, 0, TJ_ACT_RELU},
+        {200, 96, 32, 0.5, 2, 0, 0.02, 0, TJ_ACT_GELU},
+        {128, 128, 128, 0.9, 1, 0, 0, 0, TJ_ACT_NONE},
+    };
+    tj_rng r = {seed};
+    for (int i = 0; i < NL; i++) {
+        tj_random_spec s = spec[i];
+        s.seed = 40 + (uint64_t)i; /* the same patterns in every process */
+        char name[16];
+        snprintf(name, sizeof name, "l%d", i);
+        tj_error err;
+        if (tj_random_layer(&s, name, &d[i].l, &err) != TJ_OK) return 0;
+        d[i].w = malloc((size_t)(s.n * s.k) * sizeof(float));
+        d[i].bias = malloc((size_t)s.n * sizeof(float));
+        if (!d[i].w || !d[i].bias) return 0;
+        tj_test_fill(&r, d[i].w, s.n * s.k);
+        tj_test_fill(&r, d[i].bias, s.n);
+        d[i].lw = (tj_layer_weights){d[i].w, TJ_F32, d[i].bias, TJ_F32};
+    }
+    return 1;
+}
+
+static void free_layers(layer_data *d)
+{
+    for (int i = 0; i < NL; i++) {
+        tj_layer_free(&d[i].l);
+        free(d[i].w);
+        free(d[i].bias);
+    }
+}
+
+/* Builds the NL layers through a cache in dir (fresh JIT), runs each on fresh random X against
+ * the reference. Returns the number of layers that came from the cache, -1 on any failure;
+ * y_out (optional): layer 0's output for M = 37 with X from seed 5. */
+static int build_and_check(const char *dir, layer_data *d, const tj_cpu_config *cfg, float *y_out, int verbose)
+{
+    tj_error err;
+    tj_cache *cache = NULL;
+    tj_cpu_jit *jit = NULL;
+    int hits = 0, ok = 1;
+    if (tj_cache_open(dir, &cache, &err) != TJ_OK || tj_cpu_jit_create(&jit, &err) != TJ_OK) {
+        if (verbose) fprintf(stderr, "setup: %s\n", err.msg);
+        tj_cache_close(cache);
+        return -1;
+    }
+    tj_cpu_jit_set_cache(jit, cache);
+    for (int i = 0; i < NL && ok; i++) {
+        tj_cpu_layer *cl = NULL;
+        char prefix[16];
+        snprintf(prefix, sizeof prefix, "cc%d", i);
+        if (tj_cpu_layer_build(jit, &d[i].l, &d[i].lw, cfg, prefix, &cl, &err) != TJ_OK) {
+            if (verbose) fprintf(stderr, "layer %d: %s\n", i, err.msg);
+            ok = 0;
+            break;
+        }
+        hits += cl->from_cache;
+        int64_t m = 37, n = d[i].l.n, k = d[i].l.k;
+        float *x = malloc((size_t)(m * k) * sizeof *x), *y = malloc((size_t)(m * n) * sizeof *y),
+              *ref = malloc((size_t)(m * n) * sizeof *ref);
+        tj_rng r = {i == 0 && y_out ? 5 : (uint64_t)time(NULL) * 7 + (uint64_t)i};
+        tj_test_fill(&r, x, m * k);
+        for (int64_t j = 0; j < m * n; j++) y[j] = NAN;
+        tj_cpu_layer_run(cl, NULL, 1, x, m, y);
+        tj_reference_linear(&d[i].l, &d[i].lw, x, m, ref);
+        double e = tj_test_relerr(y, ref, m * n);
+        if (!(e <= 1e-5)) {
+            if (verbose) fprintf(stderr, "layer %d: relative error %g\n", i, e);
+            ok = 0;
+        }
+        if (i == 0 && y_out) memcpy(y_out, y, (size_t)(m * n) * sizeof *y);
+        free(x);
+        free(y);
+        free(ref);
+        tj_cpu_layer_free(cl);
+    }
+    tj_cpu_jit_destroy(jit);
+    tj_cache_close(cache);
+    return ok ? hits : -1;
+}
+
+static int count_files(const char *dir, const char *prefix, const char *suffix)
+{
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        size_t l = strlen(e->d_name), sl = strlen(suffix);
+        if (strncmp(e->d_name, prefix, strlen(prefix)) == 0 && l >= sl && strcmp(e->d_name + l - sl, suffix) == 0) n++;
+    }
+    closedir(d);
+    return n;
+}
+
+/* Applies fn to every entry file of dir. */
+static void each_entry(const char *dir, void (*fn)(const char *path, const char *name))
+{
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    char path[4200];
+    while ((e = readdir(d)) != NULL) {
+        size_t l = strlen(e->d_name);
+        if (l < 5 || strcmp(e->d_name + l - 4, ".tjc") != 0) continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        fn(path, e->d_name);
+    }
+    closedir(d);
+}
+
+static void flip_byte(const char *path, const char *name)
+{
+    (void)name;
+    FILE *f = fopen(path, "r+b");
+    if (!f) return;
+    fseek(f, -100, SEEK_END); /* inside the object */
+    int c = fgetc(f);
+    fseek(f, -100, SEEK_END);
+    fputc(c ^ 0x5a, f);
+    fclose(f);
+}
+
+static void truncate_entry(const char *path, const char *name)
+{
+    (void)name;
+    struct stat st;
+    if (stat(path, &st) == 0) truncate(path, st.st_size / 2);
+}
+
+/* Rewrites an entry, under its own key and with a valid header and checksum, as a payload
+ * whose object is garbage: only the JIT can tell. */
+static void poison_object(const char *path, const char *name)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return;
+    static unsigned char buf[1 << 20];
+    size_t n = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    size_t hdr = 64, info = 12 + sizeof(tj_cpu_emit_info);
+    if (n <= hdr + info) return;
+    for (size_t i = hdr + info; i < n; i++) buf[i] = (unsigned char)(i * 131 + 7);
+    memcpy(buf + hdr + info, "\x7f" "ELF", 4); /* looks like an object, is not one */
+    tj_cache_key k;
+    memset(&k, 0, sizeof k);
+    for (int i = 0; i < 32; i++) {
+        unsigned v;
+        sscanf(name + 2 * i, "%2x", &v);
+        k.hash[i] = (uint8_t)v;
+    }
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%.*s", (int)(strrchr(path, '/') - path), path);
+    tj_cache *c = NULL;
+    tj_error err;
+    if (tj_cache_open(dir, &c, &err) != TJ_OK) return;
+    tj_cache_store(c, &k, buf + hdr, n - hdr, &err);
+    tj_cache_close(c);
+}
+
+static void test_hits_and_faults(const char *base, layer_data *d)
+{
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/faults", base);
+    tj_cpu_config cfg = tj_cpu_config_default();
+    float y1[37 * 256], y2[37 * 256];
+    CHECK(build_and_check(dir, d, &cfg, y1, 1) == 0);
+    CHECK(count_files(dir, "", ".tjc") == NL);
+    CHECK(build_and_check(dir, d, &cfg, y2, 1) == NL); /* all from the cache */
+    CHECK(memcmp(y1, y2, sizeof y1) == 0);
+    tj_cpu_config other = cfg;
+    other.unroll = 2;
+    CHECK(build_and_check(dir, d, &other, NULL, 1) == 0); /* another config: another key */
+    CHECK(count_files(dir, "", ".tjc") == 2 * NL);
+
+    void (*faults[3])(const char *, const char *) = {flip_byte, truncate_entry, poison_object};
+    static const char *names[3] = {"flipped byte", "truncated", "object the JIT rejects"};
+    for (int f = 0; f < 3; f++) {
+        each_entry(dir, faults[f]);
+        int h = build_and_check(dir, d, &cfg, y2, 1);
+        CHECKF(h == 0, "%s: %d layers from the cache (want 0, all rebuilt)", names[f], h);
+        CHECKF(memcmp(y1, y2, sizeof y1) == 0, "%s: rebuilt layer differs", names[f]);
+        if (f < 2) { /* rebuilt entries are stored again and hit */
+            CHECKF(build_and_check(dir, d, &cfg, NULL, 1) == NL, "%s: rebuilt entries not stored", names[f]);
+        } else { /* rejected objects are removed; the rebuild stored under fresh names */
+            int h2 = build_and_check(dir, d, &cfg, NULL, 1);
+            CHECKF(h2 == 0 || h2 == NL, "after a rejected object: %d hits", h2);
+        }
+    }
+}
+
+static void test_killed_writers(const char *base, layer_data *d)
+{
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/killed", base);
+    tj_cpu_config cfg = tj_cpu_config_default();
+    srand((unsigned)time(NULL));
+    for (int round = 0; round < 6; round++) {
+        pid_t p = fork();
+        if (p == 0) {
+            for (;;) { /* build again and again, each time into a fresh key */
+                tj_cpu_config c = cfg;
+                c.unroll = 1 + rand() % 8;
+                build_and_check(dir, d, &c, NULL, 0);
+            }
+        }
+        struct timespec ts = {0, 20000000L + (long)(rand() % 200) * 1000000L};
+        nanosleep(&ts, NULL);
+        kill(p, SIGKILL);
+        waitpid(p, NULL, 0);
+    }
+    /* whatever they left: every build is right (hits or rebuilds) */
+    for (int u = 1; u <= 8; u++) {
+        tj_cpu_config c = cfg;
+        c.unroll = u;
+        CHECKF(build_and_check(dir, d, &c, NULL, 1) >= 0, "unroll %d after killed writers", u);
+    }
+}
+
+static void test_processes(const char *base, layer_data *d)
+{
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/procs", base);
+    tj_cpu_config cfg = tj_cpu_config_default();
+    pid_t pids[4];
+    for (int i = 0; i < 4; i++) {
+        pids[i] = fork();
+        if (pids[i] == 0) _exit(build_and_check(dir, d, &cfg, NULL, 1) >= 0 ? 0 : 1);
+    }
+    for (int i = 0; i < 4; i++) {
+        int st = 0;
+        waitpid(pids[i], &st, 0);
+        CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "process %d failed", i);
+    }
+    CHECK(count_files(dir, "", ".tjc") == NL);
+    CHECK(count_files(dir, ".tmp-", "") == 0);
+    CHECK(build_and_check(dir, d, &cfg, NULL, 1) == NL);
+}
+
+static void test_lru(const char *base)
+{
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/lru", base);
+    tj_cache *c = NULL;
+    tj_error err;
+    CHECK_OK(tj_cache_open(dir, &c, &err), &err);
+    if (!c) return;
+    enum { N = 10, SZ = 10000 };
+    static unsigned char blob[SZ];
+    tj_cache_key k[N + 1];
+    for (int i = 0; i <= N; i++) {
+        tj_cache_key_begin(&k[i]);
+        tj_cache_key_add(&k[i], &i, sizeof i);
+        tj_cache_key_end(&k[i]);
+    }
+    tj_cache_set_max_bytes(c, 0);
+    for (int i = 0; i < N; i++) {
+        memset(blob, i, sizeof blob);
+        CHECK_OK(tj_cache_store(c, &k[i], blob, sizeof blob, &err), &err);
+        struct timespec ts = {0, 20000000L}; /* distinct modification times */
+        nanosleep(&ts, NULL);
+    }
+    /* entry 0, the oldest, is used again: entry 1 becomes the least recently used */
+    void *got = NULL;
+    size_t len = 0;
+    tj_cache_result res;
+    CHECK_OK(tj_cache_lookup(c, &k[0], &got, &len, &res, &err), &err);
+    CHECK(res == TJ_CACHE_HIT);
+    free(got);
+    nanosleep(&(struct timespec){0, 20000000L}, NULL);
+    /* a cap of 8 entries (with headers): storing one more evicts down to 90 % of it */
+    tj_cache_set_max_bytes(c, 8 * (SZ + 64));
+    memset(blob, N, sizeof blob);
+    CHECK_OK(tj_cache_store(c, &k[N], blob, sizeof blob, &err), &err);
+    int present[N + 1];
+    for (int i = 0; i <= N; i++) {
+        got = NULL;
+        CHECK_OK(tj_cache_lookup(c, &k[i], &got, &len, &res, &err), &err);
+        present[i] = res == TJ_CACHE_HIT;
+        free(got);
+    }
+    int total = 0;
+    for (int i = 0; i <= N; i++) total += present[i];
+    CHECKF(total == 7, "%d entries left under a cap of 8 (want 7: 90 %%)", total);
+    CHECK(present[0] && present[N]);         /* recently used and just stored */
+    CHECK(!present[1] && !present[2] && !present[3] && !present[4]); /* the least recently used */
+    CHECK(tj_cache_get_stats(c).evicted == 4);
+    tj_cache_close(c);
+}
+
+int main(void)
+{
+    char base[] = "/tmp/tj_cpu_cache_XXXXXX";
+    if (!mkdtemp(base)) return 1;
+    layer_data d[NL];
+    memset(d, 0, sizeof d);
+    if (!make_layers(d, 3)) {
+        CHECK(0);
+        return tj_test_end();
+    }
+    test_hits_and_faults(base, d);
+    test_killed_writers(base, d);
+    test_processes(base, d);
+    test_lru(base);
+    free_layers(d);
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", base);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", base);
+    return tj_test_end();
+}
