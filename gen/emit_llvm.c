@@ -42,7 +42,7 @@ tj_cpu_config tj_cpu_config_default(void)
     /* AVX-512 (32 registers of 16 floats): 6 × 64 beat 12 × 32 and 8 × 48 on BERT-base shapes
      * (bench/RESULTS.md): fewer broadcasts of gathered X per FMA. AVX2 (16 registers of 8):
      * 6 × 16, the classic 12-accumulator block. Narrower hosts: 4 rows × two vectors. */
-    tj_cpu_config c = {.mr = 6, .nr = 64, .offsets = TJ_CPU_OFFSETS_TABLE, .unroll = 4, .mb = 0, .vec = 0, .kc = 0, .pack = 0, .order = -1};
+    tj_cpu_config c = {.mr = 6, .nr = 64, .offsets = TJ_CPU_OFFSETS_TABLE, .unroll = 4, .mb = 0, .vec = 0, .kc = 0, .pack = 0, .order = -1, .serial = 0};
     int vec = tj_cpu_host_vec();
     if (vec == 8) {
         c.nr = 16;
@@ -54,25 +54,25 @@ tj_cpu_config tj_cpu_config_default(void)
 }
 
 static const tj_cpu_config config_space[] = {
-    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0, 0, 0},
-    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 48, 0, 0, 0, 0},
-    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 48, 0, 0, 0, 1},
-    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 24, 0, 0, 0, 1},
-    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 192, 0, 0},
-    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0, 1, 0},
-    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 48, 0, 0, 1, 0},
-    {12, 32, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0, 1, 0},
-    {12, 32, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0, 0, 0},
-    {12, 32, TJ_CPU_OFFSETS_TABLE, 1, 0, 0, 0, 0, 0},
-    {14, 32, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0, 0, 0},
-    {8, 48, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0, 0, 0},
-    {4, 64, TJ_CPU_OFFSETS_TABLE, 2, 0, 0, 0, 0, 0},
-    {12, 32, TJ_CPU_OFFSETS_TABLE, 4, 48, 0, 0, 0, 0},
-    {12, 32, TJ_CPU_OFFSETS_UNROLLED, 8, 0, 0, 0, 0, 0},
-    {6, 64, TJ_CPU_OFFSETS_UNROLLED, 8, 0, 0, 0, 0, 0},
+    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0, 0, 0, 0},
+    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 48, 0, 0, 0, 0, 0},
+    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 48, 0, 0, 0, 1, 0},
+    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 24, 0, 0, 0, 1, 0},
+    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 192, 0, 0, 0},
+    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0, 1, 0, 0},
+    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 48, 0, 0, 1, 0, 0},
+    {12, 32, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0, 1, 0, 0},
+    {12, 32, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0, 0, 0, 0},
+    {12, 32, TJ_CPU_OFFSETS_TABLE, 1, 0, 0, 0, 0, 0, 0},
+    {14, 32, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0, 0, 0, 0},
+    {8, 48, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0, 0, 0, 0},
+    {4, 64, TJ_CPU_OFFSETS_TABLE, 2, 0, 0, 0, 0, 0, 0},
+    {12, 32, TJ_CPU_OFFSETS_TABLE, 4, 48, 0, 0, 0, 0, 0},
+    {12, 32, TJ_CPU_OFFSETS_UNROLLED, 8, 0, 0, 0, 0, 0, 0},
+    {6, 64, TJ_CPU_OFFSETS_UNROLLED, 8, 0, 0, 0, 0, 0, 0},
     /* AVX2-sized blocks (12 accumulators of 16 registers) */
-    {6, 16, TJ_CPU_OFFSETS_TABLE, 4, 0, 8, 0, 0, 0},
-    {4, 24, TJ_CPU_OFFSETS_TABLE, 4, 0, 8, 0, 0, 0},
+    {6, 16, TJ_CPU_OFFSETS_TABLE, 4, 0, 8, 0, 0, 0, 0},
+    {4, 24, TJ_CPU_OFFSETS_TABLE, 4, 0, 8, 0, 0, 0, 0},
 };
 
 const tj_cpu_config *tj_cpu_config_space(int *count)
@@ -146,6 +146,8 @@ tj_status tj_cpu_config_check(const tj_cpu_config *c, tj_error *err)
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: pack needs \"offsets\": \"table\" (packed rows need no offsets)");
     if (c->kc < 0 || c->kc > 1 << 24)
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: kc %d is outside [0, 2^24]", c->kc);
+    if (c->serial < -1)
+        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: serial %d is not -1 (always parallel), 0 (built-in) or a kFLOP threshold", c->serial);
     if (c->mb < 0 || c->mb > 1 << 20)
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: mb %d is outside [0, 2^20]", c->mb);
     return TJ_OK;
@@ -176,8 +178,8 @@ tj_status tj_cpu_config_from_json(const char *json, tj_cpu_config *out, tj_error
     json_t *v;
     json_object_foreach(o, key, v) {
         if (strcmp(key, "mr") && strcmp(key, "nr") && strcmp(key, "offsets") && strcmp(key, "unroll") &&
-            strcmp(key, "mb") && strcmp(key, "kc") && strcmp(key, "pack") && strcmp(key, "order") && strcmp(key, "vec") && strcmp(key, "backend")) {
-            s = tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: unknown key '%s' (mr, nr, offsets, unroll, mb, kc, pack, order, vec)", key);
+            strcmp(key, "mb") && strcmp(key, "kc") && strcmp(key, "pack") && strcmp(key, "order") && strcmp(key, "vec") && strcmp(key, "serial") && strcmp(key, "backend")) {
+            s = tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: unknown key '%s' (mr, nr, offsets, unroll, mb, kc, pack, order, vec, serial)", key);
             goto done;
         }
     }
@@ -189,6 +191,7 @@ tj_status tj_cpu_config_from_json(const char *json, tj_cpu_config *out, tj_error
     if ((s = json_int(o, "kc", 0, 1 << 24, &out->kc, err))) goto done;
     if ((s = json_int(o, "pack", 0, 1, &out->pack, err))) goto done;
     if ((s = json_int(o, "order", -1, 1, &out->order, err))) goto done;
+    if ((s = json_int(o, "serial", -1, 1 << 30, &out->serial, err))) goto done;
     v = json_object_get(o, "offsets");
     if (v) {
         const char *m = json_string_value(v);
@@ -206,11 +209,12 @@ done:
 
 char *tj_cpu_config_to_json(const tj_cpu_config *c)
 {
-    char buf[220];
+    char buf[260], ser[40] = "";
+    if (c->serial) snprintf(ser, sizeof ser, ", \"serial\": %d", c->serial); /* 0 (built-in) left out */
     snprintf(buf, sizeof buf,
-             "{\"mr\": %d, \"nr\": %d, \"offsets\": \"%s\", \"unroll\": %d, \"mb\": %d, \"kc\": %d, \"pack\": %d, \"order\": %d, \"vec\": %d}",
+             "{\"mr\": %d, \"nr\": %d, \"offsets\": \"%s\", \"unroll\": %d, \"mb\": %d, \"kc\": %d, \"pack\": %d, \"order\": %d, \"vec\": %d%s}",
              c->mr, c->nr, c->offsets == TJ_CPU_OFFSETS_UNROLLED ? "unrolled" : "table", c->unroll, c->mb, c->kc, c->pack,
-             c->order, c->vec);
+             c->order, c->vec, ser);
     return strdup(buf);
 }
 

@@ -27,7 +27,10 @@ typedef enum tj_cpu_offsets {
  * order: work items tile-major (0: a tile's weights stay in cache across token chunks) or
  *   token-chunk-major (1: a chunk of X stays in L2 across tiles); -1: auto, 1 when tiles keep
  *   under 20 % of k (little work per byte of gathered X), else 0. mb auto is 48 with order 1;
- * vec: vector width in floats (0: the host's widest, 16 AVX-512, 8 AVX2, 1 scalar). */
+ * vec: vector width in floats (0: the host's widest, 16 AVX-512, 8 AVX2, 1 scalar);
+ * serial: below this many kFLOP of kept work per call (2 · M · kept weights / 1000) the layer
+ *   runs on the calling thread alone, so waking workers never costs more than it gains
+ *   (0: the built-in TJ_CPU_SERIAL_KFLOP; -1: always parallel). */
 typedef struct tj_cpu_config {
     int mr;
     int nr;
@@ -38,7 +41,12 @@ typedef struct tj_cpu_config {
     int kc;
     int pack;
     int order;
+    int serial;
 } tj_cpu_config;
+
+/* Waking a pool worker and joining it costs a few µs; work under about 2 µs of one core's
+ * FMA rate is cheaper on one thread. */
+#define TJ_CPU_SERIAL_KFLOP 128
 
 /* Identifies this emitter build for object-cache keys: the generator's version and the build
  * time of emit_llvm.c, so a rebuilt emitter never reuses objects of an older one. Borrowed. */

@@ -204,6 +204,7 @@ tj_status tj_cpu_layer_build(tj_cpu_jit *jit, const tj_layer *l, const tj_layer_
     cl->cfg = cfg ? *cfg : tj_cpu_config_default();
     tj_cpu_config_resolve(&cl->cfg, l);
     cl->mb = tj_cpu_config_mb(&cl->cfg);
+    cl->kept = tj_layer_kept(l);
     tj_status s = tj_cpu_config_check(&cl->cfg, err);
     if (s == TJ_OK) s = tj_plan_build(l, cl->cfg.vec, &cl->plan, err);
     if (s != TJ_OK) goto fail;
@@ -261,6 +262,9 @@ static void run_post(void *vp, int64_t i)
 void tj_cpu_layer_run(const tj_cpu_layer *cl, tj_pool *pool, int threads, const float *x, int64_t m, float *y)
 {
     if (m <= 0) return;
+    /* small calls on the calling thread alone: never slower on N threads than on 1 */
+    int64_t serial = cl->cfg.serial == 0 ? TJ_CPU_SERIAL_KFLOP : cl->cfg.serial;
+    if (serial > 0 && 2.0 * (double)m * (double)cl->kept < 1000.0 * (double)serial) threads = 1;
     run_args a = {cl, x, y, m, 0, cl->mb};
     a.nchunks = (m + a.chunk - 1) / a.chunk;
     tj_pool_run(pool, threads, cl->l->ntiles * a.nchunks, run_item, &a);
