@@ -13,8 +13,8 @@
 #include "runtime/model.h"
 #include "base/rng.h"
 #include "tj_config.h"
-#if TJ_HAVE_OPENBLAS
-#include <cblas.h>
+#if TJ_HAVE_LLVM
+#include "bench/dense_cpu.h"
 #endif
 
 /* The GPU hook. The CUDA runtime work provides it in its own cli/ file: time layer `layer` of a
@@ -58,12 +58,12 @@ static int run_tilejit(timed *t)
     return 0;
 }
 
-#if TJ_HAVE_OPENBLAS
+#if TJ_HAVE_LLVM
+static tj_dense *dense_cur;
 static int run_dense(timed *t)
 {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)t->m, (blasint)t->n, (blasint)t->k,
-                1.0f, t->xf, (blasint)t->k, t->wf, (blasint)t->k, 0.0f, t->yf, (blasint)t->n);
-    return 0;
+    (void)t;
+    return tj_dense_run(dense_cur);
 }
 #endif
 
@@ -209,12 +209,10 @@ int cmd_model(int argc, char **argv)
     wf = malloc((size_t)(maxn * maxk) * sizeof *wf);
     if (!x || !y || !yref || !yd || !wf) { cli_fail("model", "out of memory (M = %lld)", (long long)M); goto done; }
 
-#if TJ_HAVE_OPENBLAS
-    if (!gpu) openblas_set_num_threads(threads ? (int)threads : (int)sysconf(_SC_NPROCESSORS_ONLN));
-    const char *dense_name = gpu ? "cuBLAS" : "OpenBLAS cblas_sgemm fp32";
-#else
-    const char *dense_name = gpu ? "cuBLAS" : "none (built without OpenBLAS)";
-#endif
+    int nthreads = threads ? (int)threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    char dname[2][200] = {"", ""}, dense_name[600] = "cuBLAS";
+    int dwins[2] = {0, 0};
+    (void)nthreads;
     printf("tilejit model: %s, %lld layers, backend %s, M = %lld, threads %s\n", pos[0], (long long)nl,
            tj_backend_name(be), (long long)M, threads ? threads_s : "all");
     printf("load: cold %.3f s, warm %.3f s (backend preparation; %.3f s / %.3f s with parsing and mapping)\n",
@@ -252,14 +250,26 @@ int cmd_model(int argc, char **argv)
             if (gpu) staged = 1;
             t_tj = measure(run_tilejit, &t, min_time);
             if (t.failed) { cli_fail("model", "%s", tj_context_error(ctx)); goto done; }
-#if TJ_HAVE_OPENBLAS
-            if (!gpu) {
+#if TJ_HAVE_LLVM
+            if (!gpu) { /* the fastest fp32 dense baseline of this shape */
                 const tj_layer_weights *w = &model->lw[i];
                 for (int64_t j = 0; j < li.n * li.k; j++) wf[j] = tj_load_f32(w->w, w->wdt, j);
-                t.xf = x;
-                t.wf = wf;
-                t.yf = yd;
-                t_dense = measure(run_dense, &t, min_time);
+                static const tj_dense_kind kinds[2] = {TJ_DENSE_ONEDNN_F32, TJ_DENSE_OPENBLAS};
+                int win = -1;
+                for (int kd = 0; kd < 2; kd++) {
+                    tj_error derr;
+                    if (tj_dense_create(kinds[kd], x, wf, yd, M, li.n, li.k, nthreads, &dense_cur, &derr) != TJ_OK)
+                        continue;
+                    snprintf(dname[kd], sizeof dname[kd], "%s", tj_dense_name(dense_cur));
+                    double td = measure(run_dense, &t, min_time);
+                    if (td > 0 && (t_dense < 0 || td < t_dense)) {
+                        t_dense = td;
+                        win = kd;
+                    }
+                    tj_dense_destroy(dense_cur);
+                    dense_cur = NULL;
+                }
+                if (win >= 0) dwins[win]++;
             }
 #endif
         }
@@ -285,7 +295,19 @@ int cmd_model(int argc, char **argv)
     else snprintf(sp, sizeof sp, "-");
     double dens = tot_w > 0 ? tot_kept / tot_w : 0;
     printf("%-44s %6s %6s %8.4f %10s %10s %10s %8s\n", "total", "", "", dens, "", a, b, sp);
+    if (!gpu) /* the faster fp32 library per layer: say which, and how often */
+        snprintf(dense_name, sizeof dense_name, "fastest fp32 per layer of %s (%d layers) and %s (%d layers)",
+                 dname[0][0] ? dname[0] : "oneDNN (unavailable)", dwins[0], dname[1][0] ? dname[1] : "OpenBLAS (unavailable)",
+                 dwins[1]);
     printf("dense baseline: %s; ideal speedup 1/density = %.2fx\n", dense_name, dens > 0 ? 1 / dens : 0);
+    if (!gpu && model->ctx->ops->config_at) { /* which config each layer ran at this M */
+        for (int64_t i = 0; i < nl; i++) {
+            tj_layer_info li;
+            tj_model_layer_info(model, i, &li);
+            const char *cj = model->ctx->ops->config_at(model, i, M);
+            printf("config at M = %lld: %-44s %s\n", (long long)M, li.name, cj ? cj : "(default)");
+        }
+    }
     if (staged)
         printf("note: GPU times include host<->device staging copies (no device-buffer timing hook in this build)\n");
     if (bad) {

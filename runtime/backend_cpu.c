@@ -11,6 +11,7 @@
 
 #include "runtime/backend_cpu.h"
 #include "jit/cpu_jit.h"
+#include "tuning/tuning.h"
 #include "base/host.h"
 
 /* TILEJIT_DUMP_DIR: every emitted module as DIR/<prefix>.ll (before optimisation), with the
@@ -312,12 +313,30 @@ void tj_cpu_context_release(tj_context *c)
     c->cpu = NULL;
 }
 
+/* Per-M dispatch: a layer is built once per distinct config that the tuning records pick for
+ * the batch-size buckets M ≤ 1, 2, 4, ..., 2^(NB-2) and above; a call runs the variant of its
+ * M's bucket. Without records (or with an override) there is one variant. */
+#define NB 14
+
+typedef struct cpu_layer_set {
+    int nvar;
+    tj_cpu_layer *var[NB];
+    char *json[NB];      /* each variant's config, canonical JSON */
+    unsigned char pick[NB]; /* bucket → variant */
+} cpu_layer_set;
+
 typedef struct cpu_model {
     tj_cpu_jit *jit;
     tj_pool *pool;
     int64_t nlayers;
-    tj_cpu_layer **layers;
+    cpu_layer_set *layers;
 } cpu_model;
+
+static int bucket_of(int64_t m)
+{
+    int b = tj_tune_m_bucket(m);
+    return b < NB - 1 ? b : NB - 1;
+}
 
 static tj_status cpu_available(tj_context *c, tj_error *err)
 {
@@ -353,7 +372,11 @@ static void cpu_unload(tj_model *m)
 {
     cpu_model *cm = m->state;
     if (!cm) return;
-    for (int64_t i = 0; i < cm->nlayers; i++) tj_cpu_layer_free(cm->layers[i]);
+    for (int64_t i = 0; i < cm->nlayers; i++)
+        for (int v = 0; v < cm->layers[i].nvar; v++) {
+            tj_cpu_layer_free(cm->layers[i].var[v]);
+            free(cm->layers[i].json[v]);
+        }
     free(cm->layers);
     tj_cpu_jit_destroy(cm->jit);
     free(cm);
@@ -375,24 +398,58 @@ static tj_status cpu_load(tj_model *m, tj_error *err)
     tj_cpu_jit_set_cache(cm->jit, cache);
     double emit = 0, compile = 0, packing = 0, t0 = tj_now();
     int64_t hits = 0;
+    int64_t nvars = 0;
     for (int64_t i = 0; i < n; i++) {
         const tj_layer *l = &m->pattern->layers[i];
-        const char *json = tj_context_config_for(m->ctx, "cpu", tj_host_cpu_name(), "x86_64", l, 0);
-        tj_cpu_config cfg;
-        TJ_TRY(tj_cpu_config_from_json(json, &cfg, err));
-        char prefix[32];
-        snprintf(prefix, sizeof prefix, "tjl%lld", (long long)i);
-        TJ_TRY(tj_cpu_layer_build(cm->jit, l, &m->lw[i], &cfg, prefix, &cm->layers[i], err));
-        cm->nlayers = i + 1;
-        emit += cm->layers[i]->emit_seconds;
-        compile += cm->layers[i]->compile_seconds;
-        hits += cm->layers[i]->from_cache;
-        packing += cm->layers[i]->pack_seconds;
+        cpu_layer_set *ls = &cm->layers[i];
+        const char *json0 = tj_context_config_for(m->ctx, "cpu", tj_host_cpu_name(), "x86_64", l, 0);
+        for (int b = 0; b < NB; b++) {
+            int64_t mt = 0;
+            const char *json = b == NB - 1 ? json0 : tj_context_config_at(m->ctx, "cpu", tj_host_cpu_name(), "x86_64", l,
+                                                                         (int64_t)1 << b, 0, &mt);
+            if (b < NB - 1 && mt == 0) json = json0;
+            tj_cpu_config cfg;
+            TJ_TRY(tj_cpu_config_from_json(json, &cfg, err));
+            tj_cpu_config_resolve(&cfg, l);
+            char *cj = tj_cpu_config_to_json(&cfg);
+            if (!cj) return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory");
+            int v = 0;
+            while (v < ls->nvar && strcmp(ls->json[v], cj) != 0) v++;
+            ls->pick[b] = (unsigned char)v;
+            if (v < ls->nvar) {
+                free(cj);
+                continue;
+            }
+            ls->json[v] = cj;
+            char prefix[32];
+            snprintf(prefix, sizeof prefix, "tjl%lld_%d", (long long)i, v);
+            TJ_TRY(tj_cpu_layer_build(cm->jit, l, &m->lw[i], &cfg, prefix, &ls->var[v], err));
+            ls->nvar = v + 1;
+            cm->nlayers = i + 1;
+            nvars++;
+            emit += ls->var[v]->emit_seconds;
+            compile += ls->var[v]->compile_seconds;
+            hits += ls->var[v]->from_cache;
+            packing += ls->var[v]->pack_seconds;
+        }
+        if (ls->nvar > 1) {
+            char buf[2048];
+            size_t o = 0;
+            for (int b = 0; b < NB && o < sizeof buf; b++)
+                if (b == NB - 1 || ls->pick[b + 1] != ls->pick[b])
+                {
+                    char upto[32] = "larger M";
+                    if (b < NB - 1) snprintf(upto, sizeof upto, "M ≤ %lld", (long long)1 << b);
+                    o += (size_t)snprintf(buf + o, sizeof buf - o, "%s%s: %s", o ? "; " : "", upto, ls->json[ls->pick[b]]);
+                }
+            tj_context_note(m->ctx, "cpu: layer '%s' dispatches per M: %s", l->name, buf);
+        }
     }
     tj_context_note(m->ctx,
-                    "cpu: %lld layers for %s in %.3f s: emit %.3f s, optimise+JIT %.3f s (%lld from the kernel cache), "
-                    "packing weights %.3f s",
-                    (long long)n, tj_host_cpu_name(), tj_now() - t0, emit, compile, (long long)hits, packing);
+                    "cpu: %lld layers (%lld kernels) for %s in %.3f s: emit %.3f s, optimise+JIT %.3f s (%lld from the "
+                    "kernel cache), packing weights %.3f s",
+                    (long long)n, (long long)nvars, tj_host_cpu_name(), tj_now() - t0, emit, compile, (long long)hits,
+                    packing);
     return TJ_OK;
 }
 
@@ -401,8 +458,17 @@ static tj_status cpu_linear(tj_model *m, int64_t layer, const tj_linear_args *a,
     cpu_model *cm = m->state;
     if (!cm || layer < 0 || layer >= cm->nlayers)
         return tj_fail(err, TJ_ERR_INTERNAL, "cpu backend: layer %lld not loaded", (long long)layer);
-    tj_cpu_layer_run(cm->layers[layer], cm->pool, 0, a->x32, a->m, a->y32);
+    const cpu_layer_set *ls = &cm->layers[layer];
+    tj_cpu_layer_run(ls->var[ls->pick[bucket_of(a->m)]], cm->pool, 0, a->x32, a->m, a->y32);
     return TJ_OK;
+}
+
+static const char *cpu_config_at(tj_model *m, int64_t layer, int64_t M)
+{
+    cpu_model *cm = m->state;
+    if (!cm || layer < 0 || layer >= cm->nlayers) return NULL;
+    const cpu_layer_set *ls = &cm->layers[layer];
+    return ls->json[ls->pick[bucket_of(M)]];
 }
 
 const tj_backend_ops tj_backend_cpu_ops = {
@@ -413,4 +479,5 @@ const tj_backend_ops tj_backend_cpu_ops = {
     .load = cpu_load,
     .linear = cpu_linear,
     .unload = cpu_unload,
+    .config_at = cpu_config_at,
 };

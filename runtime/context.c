@@ -219,6 +219,13 @@ tj_status tj_context_set_config(tj_context *c, const char *json, tj_error *err)
 const char *tj_context_config_for(tj_context *c, const char *backend, const char *device,
                                   const char *arch, const tj_layer *l, int64_t m)
 {
+    return tj_context_config_at(c, backend, device, arch, l, m, 1, NULL);
+}
+
+const char *tj_context_config_at(tj_context *c, const char *backend, const char *device, const char *arch,
+                                 const tj_layer *l, int64_t m, int note, int64_t *m_tuned)
+{
+    if (m_tuned) *m_tuned = 0;
     if (c->config_override || !c->tuning || !l) return c->config_override;
     /* CPU backends name the family by machine ("x86_64"); records qualify it with the ISA
      * ("x86_64-avx512") so an AVX2 record never lands on an AVX-512 host or back. */
@@ -234,6 +241,8 @@ const char *tj_context_config_for(tj_context *c, const char *backend, const char
     pthread_mutex_lock(&c->lock);
     tj_status s = tj_tune_db_best(c->tuning, backend, device, fam, l, m, &ch);
     pthread_mutex_unlock(&c->lock);
+    if (s == TJ_OK && m_tuned) *m_tuned = ch.m_tuned;
+    if (!note) return s == TJ_OK ? ch.config : NULL;
     if (s != TJ_OK) {
         tj_context_note(c, "tuning: layer '%s' (M %lld): no record in %s for %s on %s / %s; built-in default",
                         l->name, (long long)m, c->tuning_log, backend, device ? device : "?", fam);

@@ -46,6 +46,8 @@ typedef struct tj_backend_ops {
     tj_status (*load)(tj_model *m, tj_error *err);
     tj_status (*linear)(tj_model *m, int64_t layer, const tj_linear_args *a, tj_error *err);
     void (*unload)(tj_model *m); /* frees m->state */
+    /* Optional: the config (JSON, borrowed) layer `layer` runs with at batch size M. */
+    const char *(*config_at)(tj_model *m, int64_t layer, int64_t M);
 } tj_backend_ops;
 
 extern const tj_backend_ops tj_backend_reference_ops;
@@ -104,6 +106,10 @@ tj_status tj_context_set_config(tj_context *c, const char *json, tj_error *err);
  * default. `device`/`arch` name the target as the tuning records do. Borrowed from c. */
 const char *tj_context_config_for(tj_context *c, const char *backend, const char *device,
                                   const char *arch, const tj_layer *l, int64_t m);
+/* The same without a note, for probing many M (per-M dispatch); *m_tuned (optional): the M the
+ * chosen record was measured at (0: no record). */
+const char *tj_context_config_at(tj_context *c, const char *backend, const char *device, const char *arch,
+                                 const tj_layer *l, int64_t m, int note, int64_t *m_tuned);
 
 /* DLTensor helpers shared by model.c and the backends: the element type (0 if unsupported)
  * and the element strides of a 2-D tensor (compact row-major when strides is NULL). */
