@@ -246,8 +246,10 @@ static int bench_point(const char *C, const bopts *o, double s, tj_cpu_jit *jit,
         den += (double)ref[i] * ref[i];
     }
     res->relerr = den > 0 ? sqrt(num / den) : sqrt(num);
-    if (!(res->relerr <= 1e-5)) {
-        cli_fail(C, "wrong result: relative error %.3g against the reference (limit 1e-5)", res->relerr);
+    /* bf16-stored weights round fp32 ones (8 significant bits): a bf16 bound */
+    double lim = cl->cfg.weights == TJ_CPU_WEIGHTS_BF16 ? 1e-2 : 1e-5;
+    if (!(res->relerr <= lim)) {
+        cli_fail(C, "wrong result: relative error %.3g against the reference (limit %.0e)", res->relerr, lim);
         goto done;
     }
     tj_run tr = {cl, pool, o->threads, x, y, o->m};

@@ -54,25 +54,29 @@ tj_cpu_config tj_cpu_config_default(void)
 }
 
 static const tj_cpu_config config_space[] = {
-    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0, 0, 0, 0},
-    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 48, 0, 0, 0, 0, 0},
-    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 48, 0, 0, 0, 1, 0},
-    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 24, 0, 0, 0, 1, 0},
-    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 192, 0, 0, 0},
-    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0, 1, 0, 0},
-    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 48, 0, 0, 1, 0, 0},
-    {12, 32, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0, 1, 0, 0},
-    {12, 32, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0, 0, 0, 0},
-    {12, 32, TJ_CPU_OFFSETS_TABLE, 1, 0, 0, 0, 0, 0, 0},
-    {14, 32, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0, 0, 0, 0},
-    {8, 48, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0, 0, 0, 0},
-    {4, 64, TJ_CPU_OFFSETS_TABLE, 2, 0, 0, 0, 0, 0, 0},
-    {12, 32, TJ_CPU_OFFSETS_TABLE, 4, 48, 0, 0, 0, 0, 0},
-    {12, 32, TJ_CPU_OFFSETS_UNROLLED, 8, 0, 0, 0, 0, 0, 0},
-    {6, 64, TJ_CPU_OFFSETS_UNROLLED, 8, 0, 0, 0, 0, 0, 0},
+    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0, 0, 0, 0, 0},
+    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 48, 0, 0, 0, 0, 0, 0},
+    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 48, 0, 0, 0, 1, 0, 0},
+    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 24, 0, 0, 0, 1, 0, 0},
+    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 192, 0, 0, 0, 0},
+    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0, 1, 0, 0, 0},
+    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 48, 0, 0, 1, 0, 0, 0},
+    {12, 32, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0, 1, 0, 0, 0},
+    {12, 32, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0, 0, 0, 0, 0},
+    {12, 32, TJ_CPU_OFFSETS_TABLE, 1, 0, 0, 0, 0, 0, 0, 0},
+    {14, 32, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0, 0, 0, 0, 0},
+    {8, 48, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0, 0, 0, 0, 0},
+    {4, 64, TJ_CPU_OFFSETS_TABLE, 2, 0, 0, 0, 0, 0, 0, 0},
+    {12, 32, TJ_CPU_OFFSETS_TABLE, 4, 48, 0, 0, 0, 0, 0, 0},
+    {12, 32, TJ_CPU_OFFSETS_UNROLLED, 8, 0, 0, 0, 0, 0, 0, 0},
+    {6, 64, TJ_CPU_OFFSETS_UNROLLED, 8, 0, 0, 0, 0, 0, 0, 0},
     /* AVX2-sized blocks (12 accumulators of 16 registers) */
-    {6, 16, TJ_CPU_OFFSETS_TABLE, 4, 0, 8, 0, 0, 0, 0},
-    {4, 24, TJ_CPU_OFFSETS_TABLE, 4, 0, 8, 0, 0, 0, 0},
+    {6, 16, TJ_CPU_OFFSETS_TABLE, 4, 0, 8, 0, 0, 0, 0, 0},
+    {4, 24, TJ_CPU_OFFSETS_TABLE, 4, 0, 8, 0, 0, 0, 0, 0},
+    /* bf16-stored weights (fp32 accumulation), AVX-512 and AVX2 blocks */
+    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0, 0, 0, 0, TJ_CPU_WEIGHTS_BF16},
+    {6, 16, TJ_CPU_OFFSETS_TABLE, 4, 0, 8, 0, 0, 0, 0, TJ_CPU_WEIGHTS_BF16},
+    {4, 24, TJ_CPU_OFFSETS_TABLE, 4, 0, 8, 0, 0, 1, 0, TJ_CPU_WEIGHTS_BF16},
 };
 
 const tj_cpu_config *tj_cpu_config_space(int *count)
@@ -146,6 +150,8 @@ tj_status tj_cpu_config_check(const tj_cpu_config *c, tj_error *err)
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: pack needs \"offsets\": \"table\" (packed rows need no offsets)");
     if (c->kc < 0 || c->kc > 1 << 24)
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: kc %d is outside [0, 2^24]", c->kc);
+    if (c->weights < 0 || c->weights > 2)
+        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: weights %d is not auto, f32 or bf16", c->weights);
     if (c->serial < -1)
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: serial %d is not -1 (always parallel), 0 (built-in) or a kFLOP threshold", c->serial);
     if (c->mb < 0 || c->mb > 1 << 20)
@@ -178,8 +184,8 @@ tj_status tj_cpu_config_from_json(const char *json, tj_cpu_config *out, tj_error
     json_t *v;
     json_object_foreach(o, key, v) {
         if (strcmp(key, "mr") && strcmp(key, "nr") && strcmp(key, "offsets") && strcmp(key, "unroll") &&
-            strcmp(key, "mb") && strcmp(key, "kc") && strcmp(key, "pack") && strcmp(key, "order") && strcmp(key, "vec") && strcmp(key, "serial") && strcmp(key, "backend")) {
-            s = tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: unknown key '%s' (mr, nr, offsets, unroll, mb, kc, pack, order, vec, serial)", key);
+            strcmp(key, "mb") && strcmp(key, "kc") && strcmp(key, "pack") && strcmp(key, "order") && strcmp(key, "vec") && strcmp(key, "serial") && strcmp(key, "weights") && strcmp(key, "backend")) {
+            s = tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: unknown key '%s' (mr, nr, offsets, unroll, mb, kc, pack, order, vec, serial, weights)", key);
             goto done;
         }
     }
@@ -192,6 +198,17 @@ tj_status tj_cpu_config_from_json(const char *json, tj_cpu_config *out, tj_error
     if ((s = json_int(o, "pack", 0, 1, &out->pack, err))) goto done;
     if ((s = json_int(o, "order", -1, 1, &out->order, err))) goto done;
     if ((s = json_int(o, "serial", -1, 1 << 30, &out->serial, err))) goto done;
+    v = json_object_get(o, "weights");
+    if (v) {
+        const char *m = json_string_value(v);
+        if (m && strcmp(m, "auto") == 0) out->weights = TJ_CPU_WEIGHTS_AUTO;
+        else if (m && strcmp(m, "f32") == 0) out->weights = TJ_CPU_WEIGHTS_F32;
+        else if (m && strcmp(m, "bf16") == 0) out->weights = TJ_CPU_WEIGHTS_BF16;
+        else {
+            s = tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: 'weights' must be \"auto\", \"f32\" or \"bf16\"");
+            goto done;
+        }
+    }
     v = json_object_get(o, "offsets");
     if (v) {
         const char *m = json_string_value(v);
@@ -209,8 +226,11 @@ done:
 
 char *tj_cpu_config_to_json(const tj_cpu_config *c)
 {
-    char buf[260], ser[40] = "";
-    if (c->serial) snprintf(ser, sizeof ser, ", \"serial\": %d", c->serial); /* 0 (built-in) left out */
+    char buf[300], ser[80] = "";
+    size_t o = 0;
+    if (c->serial) o += (size_t)snprintf(ser, sizeof ser, ", \"serial\": %d", c->serial); /* defaults left out */
+    if (c->weights)
+        snprintf(ser + o, sizeof ser - o, ", \"weights\": \"%s\"", c->weights == TJ_CPU_WEIGHTS_BF16 ? "bf16" : "f32");
     snprintf(buf, sizeof buf,
              "{\"mr\": %d, \"nr\": %d, \"offsets\": \"%s\", \"unroll\": %d, \"mb\": %d, \"kc\": %d, \"pack\": %d, \"order\": %d, \"vec\": %d%s}",
              c->mr, c->nr, c->offsets == TJ_CPU_OFFSETS_UNROLLED ? "unrolled" : "table", c->unroll, c->mb, c->kc, c->pack,
@@ -231,6 +251,8 @@ typedef struct em {
     int V, NV;
     int fused_act;
     LLVMTypeRef f32, i1, i8, i32, i64, ptr, vf, vi32, vmask, vptr, voidt;
+    LLVMTypeRef i16, vi16, wty; /* packed weight element: f32, or i16 holding bf16 */
+    LLVMValueRef sh16;          /* <V x i32> splat of 16: bf16 → fp32 */
     LLVMTypeRef mk_ty;          /* micro-kernel signature */
     LLVMValueRef fma, fma_s;    /* llvm.fmuladd on <V x float> and float */
     LLVMTypeRef fma_ty, fma_s_ty;
@@ -389,7 +411,15 @@ static void emit_row(em *e, int mr, int nv, LLVMValueRef x, LLVMValueRef wrow, L
 {
     LLVMValueRef xs = e->xs ? e->xs : ci64(e, e->l->k); /* token stride of x: K, or packed */
     LLVMValueRef w[16];
-    for (int j = 0; j < nv; j++) w[j] = load(e, e->vf, gep(e, e->f32, wrow, ci64(e, j * e->V)), (unsigned)(4 * e->V));
+    for (int j = 0; j < nv; j++) {
+        if (e->wty == e->f32) {
+            w[j] = load(e, e->vf, gep(e, e->f32, wrow, ci64(e, j * e->V)), (unsigned)(4 * e->V));
+        } else { /* bf16: the high half of an fp32, widened exactly in registers */
+            LLVMValueRef h = load(e, e->vi16, gep(e, e->i16, wrow, ci64(e, j * e->V)), (unsigned)(2 * e->V));
+            LLVMValueRef z = LLVMBuildShl(e->b, LLVMBuildZExt(e->b, h, e->vi32, ""), e->sh16, "");
+            w[j] = LLVMBuildBitCast(e->b, z, e->vf, "");
+        }
+    }
     for (int i = 0; i < mr; i++) {
         LLVMValueRef idx = i ? LLVMBuildAdd(e->b, off, LLVMBuildMul(e->b, ci64(e, i), xs, ""), "") : off;
         LLVMValueRef b = splat_v(e, load(e, e->f32, gep(e, e->f32, x, idx), 4));
@@ -488,7 +518,7 @@ static LLVMValueRef emit_mk_table(em *e, int mr, int nv)
     for (int u = 0; u < U; u++) {
         LLVMValueRef ru = u ? LLVMBuildAdd(e->b, r, ci64(e, u), "") : r;
         LLVMValueRef off = e->packed ? ru : LLVMBuildSExt(e->b, load(e, e->i32, gep(e, e->i32, offs, ru), 4), e->i64, "");
-        LLVMValueRef wrow = gep(e, e->f32, w, LLVMBuildMul(e->b, ru, ld, ""));
+        LLVMValueRef wrow = gep(e, e->wty, w, LLVMBuildMul(e->b, ru, ld, ""));
         emit_row(e, mr, nv, x, wrow, off, acc + (u % sets) * na);
     }
     LLVMValueRef rn = LLVMBuildAdd(e->b, r, ci64(e, U), "");
@@ -527,7 +557,7 @@ static LLVMValueRef emit_mk_table(em *e, int mr, int nv)
     for (int a = 0; a < na; a++) acc[a] = rphis[a] = LLVMBuildPhi(e->b, e->vf, "");
     {
         LLVMValueRef off = e->packed ? r1 : LLVMBuildSExt(e->b, load(e, e->i32, gep(e, e->i32, offs, r1), 4), e->i64, "");
-        emit_row(e, mr, nv, x, gep(e, e->f32, w, LLVMBuildMul(e->b, r1, ld, "")), off, acc);
+        emit_row(e, mr, nv, x, gep(e, e->wty, w, LLVMBuildMul(e->b, r1, ld, "")), off, acc);
     }
     LLVMValueRef r1n = LLVMBuildAdd(e->b, r1, ci64(e, 1), "");
     LLVMBuildCondBr(e->b, LLVMBuildICmp(e->b, LLVMIntSLT, r1n, nrows, ""), rem, epi);
@@ -583,7 +613,7 @@ static LLVMValueRef emit_mk_unrolled(em *e, int64_t t)
             LLVMBuildBr(e->b, nb);
             LLVMPositionBuilderAtEnd(e->b, nb);
         }
-        emit_row(e, mr, nv, x, gep(e, e->f32, w, ci64(e, r * ld)), ci64(e, rows[r]), acc);
+        emit_row(e, mr, nv, x, gep(e, e->wty, w, ci64(e, r * ld)), ci64(e, rows[r]), acc);
     }
     emit_epilogue(e, mr, nv, fn, acc);
     return fn;
@@ -786,7 +816,7 @@ static tj_status emit_item(em *e, tj_cpu_emit_info *info, tj_error *err)
     loop_begin(e, fn, &cb, ci64(e, 0), tv[T_WIDTH], nrv);
     LLVMValueRef valid = smin(e, nrv, LLVMBuildSub(e->b, tv[T_WIDTH], cb.iv, ""));
     LLVMValueRef nvb = LLVMBuildSDiv(e->b, LLVMBuildAdd(e->b, valid, ci64(e, V - 1), ""), ci64(e, V), "");
-    LLVMValueRef wblk = gep(e, e->f32, wp, LLVMBuildAdd(e->b, tv[T_WOFF], cb.iv, ""));
+    LLVMValueRef wblk = gep(e, e->wty, wp, LLVMBuildAdd(e->b, tv[T_WOFF], cb.iv, ""));
     LLVMValueRef colstart = LLVMBuildAdd(e->b, tv[T_COLBASE], cb.iv, "");
     LLVMValueRef bkb = gep(e, e->f32, bk, colstart);
     LLVMValueRef colsb = e->g_cols ? gep(e, e->i32, e->g_cols, colstart) : LLVMConstNull(e->ptr);
@@ -801,7 +831,7 @@ static tj_status emit_item(em *e, tj_cpu_emit_info *info, tj_error *err)
     LLVMValueRef kflags = LLVMBuildOr(
         e->b, LLVMBuildZExt(e->b, LLVMBuildICmp(e->b, LLVMIntEQ, kl.iv, ci64(e, 0), ""), e->i64, ""),
         LLVMBuildShl(e->b, LLVMBuildZExt(e->b, LLVMBuildICmp(e->b, LLVMIntSGE, LLVMBuildAdd(e->b, kl.iv, ci64(e, kc), ""), tv[T_NROWS], ""), e->i64, ""), ci64(e, 1), ""), "");
-    LLVMValueRef kw = gep(e, e->f32, wblk, LLVMBuildMul(e->b, kl.iv, tv[T_LD], ""));
+    LLVMValueRef kw = gep(e, e->wty, wblk, LLVMBuildMul(e->b, kl.iv, tv[T_LD], ""));
     LLVMValueRef koffs = gep(e, e->i32, offs, kl.iv);
     loop mb;
     loop_begin(e, fn, &mb, m0, m1, ci64(e, mr));
@@ -974,6 +1004,14 @@ tj_status tj_cpu_emit_module(LLVMContextRef llctx, const tj_layer *l, const tj_p
     e.voidt = LLVMVoidTypeInContext(llctx);
     e.vf = LLVMVectorType(e.f32, (unsigned)e.V);
     e.vi32 = LLVMVectorType(e.i32, (unsigned)e.V);
+    e.i16 = LLVMInt16TypeInContext(llctx);
+    e.vi16 = LLVMVectorType(e.i16, (unsigned)e.V);
+    e.wty = cfg->weights == TJ_CPU_WEIGHTS_BF16 ? e.i16 : e.f32;
+    {
+        LLVMValueRef sh[16];
+        for (int i = 0; i < e.V; i++) sh[i] = LLVMConstInt(e.i32, 16, 0);
+        e.sh16 = LLVMConstVector(sh, (unsigned)e.V);
+    }
     e.vptr = LLVMVectorType(e.ptr, (unsigned)e.V);
     LLVMTypeRef mkp[MK_NARGS] = {e.ptr, e.ptr, e.ptr, e.ptr, e.i64, e.i64, e.ptr, e.ptr, e.i64, e.ptr, e.i64, e.i64};
     e.mk_ty = LLVMFunctionType(e.voidt, mkp, MK_NARGS, 0);
@@ -1021,6 +1059,7 @@ tj_status tj_cpu_emit_ir_text(const tj_layer *l, const char *config_json, char *
     tj_cpu_config cfg;
     TJ_TRY(tj_cpu_config_from_json(config_json, &cfg, err));
     tj_cpu_config_resolve(&cfg, l);
+    if (cfg.weights == TJ_CPU_WEIGHTS_AUTO) cfg.weights = TJ_CPU_WEIGHTS_F32; /* no weights to look at */
     TJ_TRY(tj_cpu_config_check(&cfg, err));
     tj_plan plan;
     TJ_TRY(tj_plan_build(l, cfg.vec, &plan, err));

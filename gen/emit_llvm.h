@@ -30,7 +30,11 @@ typedef enum tj_cpu_offsets {
  * vec: vector width in floats (0: the host's widest, 16 AVX-512, 8 AVX2, 1 scalar);
  * serial: below this many kFLOP of kept work per call (2 · M · kept weights / 1000) the layer
  *   runs on the calling thread alone, so waking workers never costs more than it gains
- *   (0: the built-in TJ_CPU_SERIAL_KFLOP; -1: always parallel). */
+ *   (0: the built-in TJ_CPU_SERIAL_KFLOP; -1: always parallel);
+ * weights: how the packed weights are stored and loaded: "f32", or "bf16" (half the bytes per
+ *   kept weight; each vector load widened to fp32 in registers, fp32 accumulation: exact for
+ *   bf16 checkpoints, bf16 rounding for fp32 ones); "auto" (the default): bf16 when the layer's
+ *   weights are BF16, else f32. */
 typedef struct tj_cpu_config {
     int mr;
     int nr;
@@ -42,7 +46,10 @@ typedef struct tj_cpu_config {
     int pack;
     int order;
     int serial;
+    int weights; /* TJ_CPU_WEIGHTS_* */
 } tj_cpu_config;
+
+enum { TJ_CPU_WEIGHTS_AUTO = 0, TJ_CPU_WEIGHTS_F32 = 1, TJ_CPU_WEIGHTS_BF16 = 2 };
 
 /* Waking a pool worker and joining it costs a few µs; work under about 2 µs of one core's
  * FMA rate is cheaper on one thread. */

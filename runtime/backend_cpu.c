@@ -176,15 +176,18 @@ void tj_cpu_layer_free(tj_cpu_layer *cl)
 static tj_status pack(tj_cpu_layer *cl, const tj_layer_weights *w, tj_error *err)
 {
     const tj_layer *l = cl->l;
-    size_t wbytes = ((size_t)(cl->plan.packed_elems + cl->cfg.vec) * sizeof(float) + 63) & ~(size_t)63;
+    int bf = cl->cfg.weights == TJ_CPU_WEIGHTS_BF16;
+    size_t esz = bf ? 2 : sizeof(float);
+    size_t wbytes = ((size_t)(cl->plan.packed_elems + cl->cfg.vec) * esz + 63) & ~(size_t)63;
     cl->wp = aligned_alloc(64, wbytes);
     cl->bk = calloc((size_t)cl->info.bk_elems + 1, sizeof(float));
     cl->ewv = malloc((size_t)(l->ew_nnz + 1) * sizeof(float));
     if (w->bias) cl->bias = malloc((size_t)l->n * sizeof(float));
     if (!cl->wp || !cl->bk || !cl->ewv || (w->bias && !cl->bias))
         return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "layer '%s': out of memory packing weights", l->name);
-    tj_plan_pack_f32(&cl->plan, w->w, w->wdt, cl->wp);
-    memset(cl->wp + cl->plan.packed_elems, 0, wbytes - (size_t)cl->plan.packed_elems * sizeof(float));
+    if (bf) tj_plan_pack_16(&cl->plan, w->w, w->wdt, TJ_BF16, cl->wp);
+    else tj_plan_pack_f32(&cl->plan, w->w, w->wdt, cl->wp);
+    memset((char *)cl->wp + (size_t)cl->plan.packed_elems * esz, 0, wbytes - (size_t)cl->plan.packed_elems * esz);
     if (w->bias) {
         tj_convert_to_f32(w->bias, w->bdt, l->n, cl->bias);
         for (int64_t j = 0; j < l->ncols; j++) cl->bk[j] = cl->bias[tj_layer_col(l, j)];
@@ -204,6 +207,8 @@ tj_status tj_cpu_layer_build(tj_cpu_jit *jit, const tj_layer *l, const tj_layer_
     cl->l = l;
     cl->cfg = cfg ? *cfg : tj_cpu_config_default();
     tj_cpu_config_resolve(&cl->cfg, l);
+    if (cl->cfg.weights == TJ_CPU_WEIGHTS_AUTO) /* bf16 checkpoints stay bf16: exact, half the bytes */
+        cl->cfg.weights = w->wdt == TJ_BF16 ? TJ_CPU_WEIGHTS_BF16 : TJ_CPU_WEIGHTS_F32;
     cl->mb = tj_cpu_config_mb(&cl->cfg);
     cl->kept = tj_layer_kept(l);
     tj_status s = tj_cpu_config_check(&cl->cfg, err);
@@ -421,11 +426,11 @@ static tj_status cpu_load(tj_model *m, tj_error *err)
                 continue;
             }
             ls->json[v] = cj;
+            ls->nvar = v + 1; /* owned by the set from here, also if the build fails */
+            cm->nlayers = i + 1;
             char prefix[32];
             snprintf(prefix, sizeof prefix, "tjl%lld_%d", (long long)i, v);
             TJ_TRY(tj_cpu_layer_build(cm->jit, l, &m->lw[i], &cfg, prefix, &ls->var[v], err));
-            ls->nvar = v + 1;
-            cm->nlayers = i + 1;
             nvars++;
             emit += ls->var[v]->emit_seconds;
             compile += ls->var[v]->compile_seconds;

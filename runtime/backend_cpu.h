@@ -22,7 +22,7 @@ typedef struct tj_cpu_layer {
     const tj_layer *l;
     tj_cpu_config cfg;    /* vec resolved */
     tj_plan plan;
-    float *wp;            /* packed weights, 64-byte aligned */
+    void *wp;             /* packed weights (fp32, or bf16 with cfg.weights bf16), 64-byte aligned */
     float *bk;            /* bias in kept-column order (zeros without bias), info.bk_elems */
     float *bias;          /* fp32 [n] or NULL */
     float *ewv;           /* ew weights in CSR order */
