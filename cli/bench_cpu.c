@@ -402,7 +402,7 @@ int bench_cpu(int argc, char **argv)
         cli_fail(C, "cannot write %s", csv);
         goto out;
     }
-    if (cf) fprintf(cf, "m,n,k,g,mode,sparsity,density,threads,tilejit_ms,speedup,dense_ms,kept_gflops,dense_gflops,jit_ms,relerr,config\n");
+    if (cf) fprintf(cf, "m,n,k,g,mode,sparsity,density,threads,tilejit_ms,speedup,dense_ms,kept_gflops,dense_gflops,jit_ms,relerr,config,baseline,onednn_f32_ms,onednn_bf16_ms,openblas_ms\n");
     printf("tilejit bench: cpu %s, M=%lld N=%lld K=%lld g=%lld tw%d, %d thread(s), seed %llu, %s clock\n",
            tj_host_cpu_name(), (long long)o.m, (long long)o.n, (long long)o.k, (long long)o.g, o.mode, o.threads,
            (unsigned long long)o.seed, o.thread_clock ? "thread CPU" : "wall");
@@ -427,11 +427,13 @@ int bench_cpu(int argc, char **argv)
         print_row(&o, &res);
         fflush(stdout);
         if (cf)
-            fprintf(cf, "%lld,%lld,%lld,%lld,tw%d,%.4f,%.6f,%d,%.5f,%.4f,%.5f,%.2f,%.2f,%.2f,%.3g,\"%s\"\n", (long long)o.m,
+            fprintf(cf, "%lld,%lld,%lld,%lld,tw%d,%.4f,%.6f,%d,%.5f,%.4f,%.5f,%.2f,%.2f,%.2f,%.3g,\"%s\",%s,%.5f,%.5f,%.5f\n", (long long)o.m,
                     (long long)o.n, (long long)o.k, (long long)o.g, o.mode, res.sparsity, res.density, o.threads,
                     res.tj_s * 1e3, res.dense_s / res.tj_s, res.dense_s * 1e3,
                     2.0 * (double)o.m * (double)res.kept / res.tj_s * 1e-9,
-                    2.0 * (double)o.m * (double)o.n * (double)o.k / res.dense_s * 1e-9, res.jit_s * 1e3, res.relerr, "");
+                    2.0 * (double)o.m * (double)o.n * (double)o.k / res.dense_s * 1e-9, res.jit_s * 1e3, res.relerr, "",
+                    tj_dense_kind_word((tj_dense_kind)res.best), res.base_s[TJ_DENSE_ONEDNN_F32] * 1e3,
+                    res.base_s[TJ_DENSE_ONEDNN_BF16] * 1e3, res.base_s[TJ_DENSE_OPENBLAS] * 1e3);
     }
     if (cf) {
         if (fclose(cf) != 0) { cf = NULL; cli_fail(C, "error writing %s", csv); goto out; }
