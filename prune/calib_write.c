@@ -1,0 +1,103 @@
+/* The weights file of a calibrated prune: every tensor copied as it is, except each pattern
+ * layer's NAME.weight and NAME.bias, which take the rebuilt values (converted to the tensor's
+ * dtype; a missing bias is added as F32). Streams through the safetensors writer. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "calib.h"
+
+typedef struct rebuilt_ctx {
+    const tj_st_out_tensor *outs;
+    const int64_t *layer_of; /* per output tensor: the layer, or -1 */
+    const int *is_bias;
+    const float *const *w, *const *b;
+    const tj_pattern *p;
+} rebuilt_ctx;
+
+static tj_status fill_rebuilt(void *user, int64_t index, void *buf, tj_error *err)
+{
+    const rebuilt_ctx *c = user;
+    const tj_layer *l = &c->p->layers[c->layer_of[index]];
+    const char *ds = c->outs[index].dtype_str;
+    tj_dtype d = strcmp(ds, "F16") == 0 ? TJ_F16 : strcmp(ds, "BF16") == 0 ? TJ_BF16 : TJ_F32;
+    (void)err;
+    if (c->is_bias[index]) tj_convert_from_f32(c->b[c->layer_of[index]], l->n, d, buf);
+    else tj_convert_from_f32(c->w[c->layer_of[index]], l->n * l->k, d, buf);
+    return TJ_OK;
+}
+
+tj_status tj_prune_write_rebuilt(const tj_st_file *wf, const tj_pattern *p, const float *const *w,
+                                 const float *const *b, const char *path, tj_error *err)
+{
+    tj_status s = TJ_OK;
+    int64_t nt = wf->ntensors, cap = nt + p->nlayers;
+    tj_st_out_tensor *outs = calloc((size_t)cap, sizeof *outs);
+    int64_t *layer_of = malloc((size_t)cap * sizeof *layer_of), *nshape = malloc((size_t)(p->nlayers ? p->nlayers : 1) * sizeof *nshape);
+    int *is_bias = calloc((size_t)cap, sizeof *is_bias);
+    char **extra = calloc((size_t)(p->nlayers ? p->nlayers : 1), sizeof *extra);
+    char *name = NULL;
+    if (!outs || !layer_of || !nshape || !is_bias || !extra) goto oom;
+    for (int64_t i = 0; i < nt; i++) {
+        const tj_st_tensor *t = &wf->tensors[i];
+        outs[i] = (tj_st_out_tensor){t->name, t->dtype_str, t->ndim, t->shape, t->data, t->end - t->begin};
+        layer_of[i] = -1;
+    }
+    int64_t nout = nt;
+    for (int64_t li = 0; li < p->nlayers; li++) {
+        const tj_layer *l = &p->layers[li];
+        size_t len = strlen(l->name);
+        free(name);
+        if (!(name = malloc(len + 8))) goto oom;
+        memcpy(name, l->name, len);
+        memcpy(name + len, ".weight", 8);
+        const tj_st_tensor *t = tj_st_find(wf, name);
+        if (!t || t->ndim != 2 || t->shape[0] != l->n || t->shape[1] != l->k || !t->dtype_ok) {
+            s = tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "%s: no F32/F16/BF16 [%lld, %lld] tensor '%s' for layer '%s'", wf->path,
+                        (long long)l->n, (long long)l->k, name, l->name);
+            goto fail;
+        }
+        int64_t idx = t - wf->tensors;
+        if (layer_of[idx] >= 0) {
+            s = tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "pattern: layer '%s' appears twice", l->name);
+            goto fail;
+        }
+        layer_of[idx] = li;
+        outs[idx].data = NULL;
+        memcpy(name + len, ".bias", 6);
+        const tj_st_tensor *bt = tj_st_find(wf, name);
+        if (bt) {
+            if (bt->ndim != 1 || bt->shape[0] != l->n || !bt->dtype_ok) {
+                s = tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "%s: tensor '%s' is not an F32/F16/BF16 vector of %lld", wf->path,
+                            name, (long long)l->n);
+                goto fail;
+            }
+            idx = bt - wf->tensors;
+            layer_of[idx] = li;
+            is_bias[idx] = 1;
+            outs[idx].data = NULL;
+        } else {
+            extra[li] = name;
+            name = NULL;
+            nshape[li] = l->n;
+            outs[nout] = (tj_st_out_tensor){extra[li], "F32", 1, &nshape[li], NULL, (uint64_t)l->n * 4};
+            layer_of[nout] = li;
+            is_bias[nout] = 1;
+            nout++;
+        }
+    }
+    rebuilt_ctx c = {outs, layer_of, is_bias, w, b, p};
+    s = tj_st_write_stream(path, outs, nout, wf->metadata_json, fill_rebuilt, &c, err);
+    goto done;
+oom:
+    s = tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "%s: out of memory", path);
+fail:
+done:
+    for (int64_t li = 0; extra && li < p->nlayers; li++) free(extra[li]);
+    free(extra);
+    free(outs);
+    free(layer_of);
+    free(nshape);
+    free(is_bias);
+    free(name);
+    return s;
+}

@@ -1,0 +1,462 @@
+/* Calibrated pruning (prune/calib.h) against small dense references: the rebuild of every tile
+ * equals the solution of its normal equations (Gaussian elimination here), a sweep equals single
+ * runs, tw2/tew keep their budgets and tew never loses to tw1, the knapsack equals brute force,
+ * and bad inputs (statistics of another shape, singular H, densities outside [0, 1]) fail clearly. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "prune/calib.h"
+#include "tj_test.h"
+
+static char dir[256];
+
+/* A random layer with calibration data: X [T × k] with column scales spread over 3 decades and
+ * correlated columns, H = X̃ᵀX̃ with X̃ = [X, 1]. */
+typedef struct rl {
+    int64_t n, k, T;
+    float *w, *b;
+    double *x, *h;
+    tj_prune_layer_in in;
+    tj_calib_layer cl;
+} rl;
+
+static void rl_init(rl *r, int64_t n, int64_t k, int64_t T, uint64_t seed, double density)
+{
+    tj_rng g = {seed};
+    memset(r, 0, sizeof *r);
+    r->n = n, r->k = k, r->T = T;
+    r->w = malloc((size_t)(n * k) * sizeof *r->w);
+    r->b = malloc((size_t)n * sizeof *r->b);
+    r->x = malloc((size_t)(T * k) * sizeof *r->x);
+    r->h = calloc((size_t)((k + 1) * (k + 1)), sizeof *r->h);
+    tj_test_fill(&g, r->w, n * k);
+    tj_test_fill(&g, r->b, n);
+    double *scale = malloc((size_t)k * sizeof *scale);
+    for (int64_t i = 0; i < k; i++) scale[i] = pow(10.0, 1.5 * tj_rng_uniform(&g));
+    for (int64_t t = 0; t < T; t++) {
+        double common = tj_rng_uniform(&g);
+        for (int64_t i = 0; i < k; i++)
+            r->x[t * k + i] = scale[i] * (tj_rng_uniform(&g) + (i % 3 == 0 ? common : 0.0)) + 0.3;
+    }
+    free(scale);
+    int64_t d = k + 1;
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t i = 0; i < d; i++) {
+            double xi = i < k ? r->x[t * k + i] : 1.0;
+            for (int64_t j = 0; j < d; j++) r->h[i * d + j] += xi * (j < k ? r->x[t * k + j] : 1.0);
+        }
+    r->in = (tj_prune_layer_in){"blk.0.lin", n, k, r->w, TJ_F32, NULL, TJ_F32};
+    r->cl = (tj_calib_layer){&r->in, r->b, TJ_F32, {r->h, d, T}, density, NULL};
+}
+
+static void rl_free(rl *r)
+{
+    free(r->w), free(r->b), free(r->x), free(r->h);
+}
+
+/* Solves A x = y (m × m) by Gaussian elimination with partial pivoting; A and y destroyed. */
+static void gauss(double *a, double *y, int64_t m)
+{
+    for (int64_t c = 0; c < m; c++) {
+        int64_t p = c;
+        for (int64_t i = c + 1; i < m; i++)
+            if (fabs(a[i * m + c]) > fabs(a[p * m + c])) p = i;
+        for (int64_t j = 0; j < m; j++) {
+            double t = a[c * m + j];
+            a[c * m + j] = a[p * m + j];
+            a[p * m + j] = t;
+        }
+        double t = y[c];
+        y[c] = y[p];
+        y[p] = t;
+        for (int64_t i = c + 1; i < m; i++) {
+            double f = a[i * m + c] / a[c * m + c];
+            for (int64_t j = c; j < m; j++) a[i * m + j] -= f * a[c * m + j];
+            y[i] -= f * y[c];
+        }
+    }
+    for (int64_t c = m - 1; c >= 0; c--) {
+        for (int64_t j = c + 1; j < m; j++) y[c] -= a[c * m + j] * y[j];
+        y[c] /= a[c * m + c];
+    }
+}
+
+/* Output error ‖X̃(w̃ − w̃')‖² summed over rows, from the data itself. */
+static double out_err(const rl *r, const float *w, const float *b)
+{
+    double e = 0;
+    for (int64_t row = 0; row < r->n; row++)
+        for (int64_t t = 0; t < r->T; t++) {
+            double y0 = r->b[row], y1 = b[row];
+            for (int64_t i = 0; i < r->k; i++) {
+                y0 += r->x[t * r->k + i] * r->w[row * r->k + i];
+                y1 += r->x[t * r->k + i] * w[row * r->k + i];
+            }
+            e += (y0 - y1) * (y0 - y1);
+        }
+    return e;
+}
+
+/* Every kept row of every tile against the normal equations (Hd[K',K'] x = Hd[K',:] w̃). */
+static void check_rebuild(const rl *r, const tj_layer *l, const float *w, const float *b, double damp)
+{
+    int64_t d = r->k + 1;
+    double mean = 0;
+    for (int64_t i = 0; i < r->k; i++) mean += r->h[i * d + i];
+    double lambda = damp * mean / (double)r->k; /* not on the bias column */
+    double maxerr = 0, maxref = 0;
+    int zeros_ok = 1;
+    for (int64_t j = 0; j < l->ncols; j++) {
+        int64_t row = tj_layer_col(l, j), t = j / l->g, nk = tj_tile_nrows(l, t), m = nk + 1;
+        const int32_t *kr = l->tile_rows + l->tile_ptr[t];
+        int64_t *idx = malloc((size_t)m * sizeof *idx);
+        for (int64_t q = 0; q < nk; q++) idx[q] = kr[q];
+        idx[nk] = r->k;
+        double *a = malloc((size_t)(m * m) * sizeof *a), *y = malloc((size_t)m * sizeof *y);
+        for (int64_t p = 0; p < m; p++) {
+            y[p] = 0;
+            for (int64_t c = 0; c < d; c++) {
+                double wc = c < r->k ? r->w[row * r->k + c] : r->b[row];
+                y[p] += (r->h[idx[p] * d + c] + (idx[p] == c && c < r->k ? lambda : 0)) * wc;
+            }
+            for (int64_t q = 0; q < m; q++) a[p * m + q] = r->h[idx[p] * d + idx[q]] + (p == q && p < nk ? lambda : 0);
+        }
+        gauss(a, y, m);
+        for (int64_t q = 0; q < m; q++) {
+            double got = q < nk ? w[row * r->k + idx[q]] : b[row];
+            if (fabs(got - y[q]) > maxerr) maxerr = fabs(got - y[q]);
+            if (fabs(y[q]) > maxref) maxref = fabs(y[q]);
+        }
+        unsigned char *in = calloc((size_t)r->k, 1);
+        for (int64_t q = 0; q < nk; q++) in[kr[q]] = 1;
+        for (int64_t i = 0; i < r->k; i++)
+            if (!in[i] && w[row * r->k + i] != 0) zeros_ok = 0;
+        free(in), free(a), free(y), free(idx);
+    }
+    CHECKF(maxerr <= 1e-4 * (maxref > 1 ? maxref : 1), "rebuild vs normal equations: max |Δ| %g (max |x| %g)", maxerr,
+           maxref);
+    CHECK(zeros_ok);
+}
+
+static void test_tw1_rebuild(void)
+{
+    const double damps[2] = {0.01, 0.0};
+    for (int di = 0; di < 2; di++) {
+        rl r;
+        rl_init(&r, 10, 14, 60, 11 + (uint64_t)di, 0.5);
+        tj_prune_options o = tj_prune_options_default();
+        o.g = 4;
+        tj_calib_options co = tj_calib_options_default();
+        co.damp = damps[di];
+        co.threads = 2;
+        tj_pattern *p = NULL;
+        float *w = NULL, *b = NULL;
+        tj_error err = {0};
+        CHECK_OK(tj_prune_calibrated(&r.cl, 1, &o, &co, &p, &w, &b, &err), &err);
+        if (p) {
+            const tj_layer *l = &p->layers[0];
+            CHECK(l->ntiles == 3);
+            for (int64_t t = 0; t < l->ntiles; t++) CHECK(tj_tile_nrows(l, t) == 7);
+            check_rebuild(&r, l, w, b, damps[di]);
+            /* OBS beats random kept sets of the same size (most of them) */
+            tj_rng g = {99};
+            int worse = 0;
+            double e_obs = out_err(&r, w, b);
+            for (int trial = 0; trial < 8; trial++) {
+                int32_t *rows = malloc((size_t)(3 * 7) * sizeof *rows);
+                for (int64_t t = 0; t < 3; t++) {
+                    int32_t perm[14];
+                    for (int i = 0; i < 14; i++) perm[i] = i;
+                    for (int i = 13; i > 0; i--) {
+                        int j = (int)tj_rng_below(&g, (uint64_t)i + 1);
+                        int32_t tmp = perm[i];
+                        perm[i] = perm[j];
+                        perm[j] = tmp;
+                    }
+                    for (int i = 0; i < 7; i++) { /* sorted insert */
+                        int32_t v = perm[i];
+                        int q = i;
+                        while (q > 0 && rows[t * 7 + q - 1] > v) rows[t * 7 + q] = rows[t * 7 + q - 1], q--;
+                        rows[t * 7 + q] = v;
+                    }
+                }
+                /* rebuild on the random set: solve per row with the reference */
+                float *w2 = calloc((size_t)(r.n * r.k), sizeof *w2), *b2 = calloc((size_t)r.n, sizeof *b2);
+                int64_t d = r.k + 1;
+                double mean = 0;
+                for (int64_t i = 0; i < r.k; i++) mean += r.h[i * d + i];
+                double lambda = damps[di] * mean / (double)r.k;
+                for (int64_t row = 0; row < r.n; row++) {
+                    int64_t t = row / 4, m = 8, idx[8];
+                    for (int q = 0; q < 7; q++) idx[q] = rows[t * 7 + q];
+                    idx[7] = r.k;
+                    double a[64], y[8];
+                    for (int64_t pp = 0; pp < m; pp++) {
+                        y[pp] = 0;
+                        for (int64_t c = 0; c < d; c++)
+                            y[pp] += (r.h[idx[pp] * d + c] + (idx[pp] == c && c < r.k ? lambda : 0)) *
+                                     (c < r.k ? r.w[row * r.k + c] : r.b[row]);
+                        for (int64_t q = 0; q < m; q++)
+                            a[pp * m + q] = r.h[idx[pp] * d + idx[q]] + (pp == q && pp < 7 ? lambda : 0);
+                    }
+                    gauss(a, y, m);
+                    for (int q = 0; q < 7; q++) w2[row * r.k + idx[q]] = (float)y[q];
+                    b2[row] = (float)y[7];
+                }
+                worse += out_err(&r, w2, b2) < e_obs;
+                free(w2), free(b2), free(rows);
+            }
+            CHECKF(worse <= 2, "%d of 8 random kept sets beat OBS", worse);
+        }
+        tj_pattern_destroy(p);
+        free(w), free(b);
+        rl_free(&r);
+    }
+}
+
+static void test_sweep(void)
+{
+    rl r;
+    rl_init(&r, 9, 20, 50, 5, 0.5);
+    const double dens[4] = {0.25, 0.5, 0.0, 1.0};
+    float *ws[4], *bs[4];
+    for (int j = 0; j < 4; j++) ws[j] = malloc(9 * 20 * sizeof(float)), bs[j] = malloc(9 * sizeof(float));
+    tj_calib_options co = tj_calib_options_default();
+    tj_error err = {0};
+    CHECK_OK(tj_prune_calibrated_sweep(&r.cl, 4, dens, 4, &co, ws, bs, &err), &err);
+    for (int j = 0; j < 3; j++) {
+        r.cl.density = dens[j];
+        tj_prune_options o = tj_prune_options_default();
+        o.g = 4;
+        tj_pattern *p = NULL;
+        float *w = NULL, *b = NULL;
+        CHECK_OK(tj_prune_calibrated(&r.cl, 1, &o, &co, &p, &w, &b, &err), &err);
+        if (p) {
+            CHECKF(tj_test_relerr(ws[j], w, 9 * 20) < 1e-5, "sweep d=%g vs single: %g", dens[j],
+                   tj_test_relerr(ws[j], w, 9 * 20));
+            CHECK(tj_test_relerr(bs[j], b, 9) < 1e-5);
+            check_rebuild(&r, &p->layers[0], w, b, co.damp);
+        }
+        tj_pattern_destroy(p);
+        free(w), free(b);
+    }
+    /* density 1 with the ridge toward the original weights gives them back */
+    CHECK(tj_test_relerr(ws[3], r.w, 9 * 20) < 1e-5);
+    CHECK(tj_test_relerr(bs[3], r.b, 9) < 1e-5);
+    /* density 0: the bias is the mean output */
+    double maxd = 0;
+    for (int64_t row = 0; row < 9; row++) {
+        double mean = r.b[row];
+        for (int64_t t = 0; t < r.T; t++)
+            for (int64_t i = 0; i < r.k; i++) mean += r.x[t * r.k + i] * r.w[row * r.k + i] / (double)r.T;
+        double dd = fabs(mean - bs[2][row]) / (fabs(mean) + 1);
+        if (dd > maxd) maxd = dd;
+    }
+    CHECKF(maxd < 1e-6, "density 0: bias vs mean output %g", maxd);
+    for (int j = 0; j < 4; j++) free(ws[j]), free(bs[j]);
+    rl_free(&r);
+}
+
+static void test_tw2_tew(void)
+{
+    rl r;
+    rl_init(&r, 24, 30, 80, 7, 0.4);
+    tj_calib_options co = tj_calib_options_default();
+    tj_error err = {0};
+    tj_prune_options o = tj_prune_options_default();
+    o.g = 8;
+    /* tw2 */
+    o.mode = TJ_PRUNE_TW2;
+    tj_pattern *p = NULL;
+    float *w = NULL, *b = NULL;
+    CHECK_OK(tj_prune_calibrated(&r.cl, 1, &o, &co, &p, &w, &b, &err), &err);
+    if (p) {
+        const tj_layer *l = &p->layers[0];
+        double dens = (double)tj_layer_kept(l) / (24.0 * 30.0);
+        CHECKF(fabs(dens - 0.4) < 0.05, "tw2 density %g", dens);
+        CHECK(l->ncols == llround(sqrt(0.4) * 24));
+        check_rebuild(&r, l, w, b, co.damp);
+    }
+    tj_pattern_destroy(p);
+    free(w), free(b);
+    /* tew at 0.4 with F = 0.05 vs tw1 at 0.35: same tiles, extra weights, less error */
+    o.mode = TJ_PRUNE_TEW;
+    o.tew_base = TJ_PRUNE_TW1;
+    o.ew_fraction = 0.05;
+    CHECK_OK(tj_prune_calibrated(&r.cl, 1, &o, &co, &p, &w, &b, &err), &err);
+    tj_prune_options o1 = tj_prune_options_default();
+    o1.g = 8;
+    r.cl.density = 0.35;
+    tj_pattern *p1 = NULL;
+    float *w1 = NULL, *b1 = NULL;
+    CHECK_OK(tj_prune_calibrated(&r.cl, 1, &o1, &co, &p1, &w1, &b1, &err), &err);
+    if (p && p1) {
+        CHECK(p->layers[0].ew_nnz == llround(0.05 * 24 * 30));
+        CHECK(tj_layer_kept(&p->layers[0]) == tj_layer_kept(&p1->layers[0]) + p->layers[0].ew_nnz);
+        double e = out_err(&r, w, b), e1 = out_err(&r, w1, b1);
+        CHECKF(e < e1, "tew error %g, tw1 error %g", e, e1);
+    }
+    tj_pattern_destroy(p), tj_pattern_destroy(p1);
+    free(w), free(b), free(w1), free(b1);
+    rl_free(&r);
+}
+
+static void test_knapsack(void)
+{
+    tj_rng g = {123};
+    tj_error err = {0};
+    for (int trial = 0; trial < 200; trial++) {
+        int64_t nl = 1 + (int64_t)tj_rng_below(&g, 4), nc = 1 + (int64_t)tj_rng_below(&g, 5);
+        int64_t cost[20], choice[4];
+        double loss[20];
+        int64_t minsum = 0, maxsum = 0;
+        for (int64_t l = 0; l < nl; l++) {
+            int64_t mn = 1000, mx = 0;
+            for (int64_t c = 0; c < nc; c++) {
+                cost[l * nc + c] = (int64_t)tj_rng_below(&g, 12);
+                loss[l * nc + c] = tj_rng_uniform(&g) + 1.0;
+                if (cost[l * nc + c] < mn) mn = cost[l * nc + c];
+                if (cost[l * nc + c] > mx) mx = cost[l * nc + c];
+            }
+            minsum += mn, maxsum += mx;
+        }
+        int64_t budget = (int64_t)tj_rng_below(&g, (uint64_t)maxsum + 3);
+        /* brute force */
+        double best = INFINITY;
+        int64_t combos = 1;
+        for (int64_t l = 0; l < nl; l++) combos *= nc;
+        for (int64_t cb = 0; cb < combos; cb++) {
+            int64_t x = cb, cs = 0;
+            double ls = 0;
+            for (int64_t l = 0; l < nl; l++, x /= nc) cs += cost[l * nc + x % nc], ls += loss[l * nc + x % nc];
+            if (cs <= budget && ls < best) best = ls;
+        }
+        tj_status s = tj_knapsack_solve(cost, loss, nl, nc, budget, choice, &err);
+        if (minsum > budget) {
+            CHECK(s == TJ_ERR_INVALID_ARGUMENT && strstr(err.msg, "cheapest"));
+            continue;
+        }
+        CHECK_OK(s, &err);
+        if (s != TJ_OK) continue;
+        int64_t cs = 0;
+        double ls = 0;
+        for (int64_t l = 0; l < nl; l++) cs += cost[l * nc + choice[l]], ls += loss[l * nc + choice[l]];
+        CHECKF(cs <= budget && fabs(ls - best) < 1e-12, "knapsack %g (cost %lld) vs brute force %g (budget %lld)", ls,
+               (long long)cs, best, (long long)budget);
+    }
+}
+
+static const char *write_file(const char *name, const char *text)
+{
+    static char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    fputs(text, f);
+    fclose(f);
+    return path;
+}
+
+static void test_allocate(void)
+{
+    tj_error err = {0};
+    const char *good = write_file("profile.json",
+        "{\"format\": \"tilejit-prune-profile\", \"version\": 1, \"densities\": [0, 0.5, 1],"
+        " \"layers\": [{\"name\": \"a\", \"n\": 4, \"k\": 8, \"loss\": [0.9, 0.1, 0], \"time_ms\": [0, 1, 2]},"
+        "             {\"name\": \"b\", \"n\": 4, \"k\": 8, \"loss\": [0.5, 0.3, 0], \"time_ms\": [0, 1, 2]}]}");
+    tj_prune_profile *p = NULL;
+    CHECK_OK(tj_prune_profile_load(good, &p, &err), &err);
+    if (p) {
+        double d[2];
+        CHECK_OK(tj_prune_allocate(p, 0.5, 0, d, &err), &err); /* 32 of 64 weights: a at 0.5 and b at 0.5 (0.4) beats a 1, b 0 (0.5) */
+        CHECK(d[0] == 0.5 && d[1] == 0.5);
+        CHECK_OK(tj_prune_allocate(p, 0.75, 0, d, &err), &err); /* 16: a 0.5, b 0 (0.6) beats a 0, b 0.5 (1.2) */
+        CHECK(d[0] == 0.5 && d[1] == 0);
+        CHECK_OK(tj_prune_allocate(p, 0, 3.01, d, &err), &err); /* 3 ms: a 0.5 + b 1 (0.1) beats a 1 + b 0.5 (0.3) */
+        CHECK(d[0] == 0.5 && d[1] == 1);
+        CHECK_OK(tj_prune_allocate(p, 0, 2.99, d, &err), &err); /* < 3 ms: a 0.5 + b 0.5 (0.4) beats a 1 + b 0 (0.5) */
+        CHECK(d[0] == 0.5 && d[1] == 0.5);
+        CHECK(tj_prune_allocate(p, 0, 0.5, d, &err) == TJ_OK && d[0] == 0 && d[1] == 0);
+        tj_prune_profile_destroy(p);
+    }
+    const char *bad = write_file("bad.json",
+        "{\"format\": \"tilejit-prune-profile\", \"version\": 1, \"densities\": [0, 1.5],"
+        " \"layers\": [{\"name\": \"a\", \"n\": 4, \"k\": 8, \"loss\": [0.9, 0]}]}");
+    CHECK(tj_prune_profile_load(bad, &p, &err) == TJ_ERR_INVALID_ARGUMENT && strstr(err.msg, "outside [0, 1]"));
+    const char *short_loss = write_file("short.json",
+        "{\"format\": \"tilejit-prune-profile\", \"version\": 1, \"densities\": [0, 1],"
+        " \"layers\": [{\"name\": \"a\", \"n\": 4, \"k\": 8, \"loss\": [0.9]}]}");
+    CHECK(tj_prune_profile_load(short_loss, &p, &err) == TJ_ERR_FORMAT && strstr(err.msg, "layers[0].loss"));
+}
+
+static void test_bad_inputs(void)
+{
+    tj_error err = {0};
+    rl r;
+    rl_init(&r, 6, 5, 20, 3, 0.5);
+    /* a statistics file for a layer with another k */
+    int64_t shape[2] = {7, 7}, one = 1, tokens = 20;
+    double *h7 = calloc(49, sizeof *h7);
+    h7[48] = 20;
+    char path[512];
+    snprintf(path, sizeof path, "%s/stats.safetensors", dir);
+    tj_st_out_tensor t[2] = {{"blk.0.lin.hessian", "F64", 2, shape, h7, 49 * 8}, {"blk.0.lin.tokens", "I64", 1, &one, &tokens, 8}};
+    CHECK_OK(tj_st_write(path, t, 2, NULL, &err), &err);
+    tj_st_file *sf = NULL;
+    CHECK_OK(tj_st_open(path, &sf, &err), &err);
+    tj_calib_stats st;
+    if (sf) {
+        CHECK(tj_calib_stats_find(sf, &r.in, &st, &err) == TJ_ERR_INVALID_ARGUMENT && strstr(err.msg, "another model"));
+        tj_prune_layer_in other = r.in;
+        other.name = "blk.9.other";
+        CHECK(tj_calib_stats_find(sf, &other, &st, &err) == TJ_ERR_NOT_FOUND && strstr(err.msg, "another model"));
+        other.name = "blk.0.lin";
+        other.k = 6; /* matching shape: found */
+        CHECK_OK(tj_calib_stats_find(sf, &other, &st, &err), &err);
+        CHECK(st.dim == 7 && st.tokens == 20);
+        tj_st_close(sf);
+    }
+    free(h7);
+    /* singular H: undamped, one input feature never active */
+    int64_t d = r.k + 1;
+    for (int64_t i = 0; i < d; i++) r.h[2 * d + i] = r.h[i * d + 2] = 0;
+    tj_prune_options o = tj_prune_options_default();
+    tj_calib_options co = tj_calib_options_default();
+    co.damp = 0;
+    tj_pattern *p = NULL;
+    float *w = NULL, *b = NULL;
+    tj_status s = tj_prune_calibrated(&r.cl, 1, &o, &co, &p, &w, &b, &err);
+    CHECKF(s == TJ_ERR_INVALID_ARGUMENT && strstr(err.msg, "singular") && strstr(err.msg, "input feature 2"), "%s", err.msg);
+    co.damp = 0.01; /* damping makes it usable */
+    CHECK_OK(tj_prune_calibrated(&r.cl, 1, &o, &co, &p, &w, &b, &err), &err);
+    tj_pattern_destroy(p);
+    free(w), free(b);
+    p = NULL;
+    /* densities outside [0, 1] */
+    const double bads[3] = {-0.1, 1.5, NAN};
+    for (int i = 0; i < 3; i++) {
+        r.cl.density = bads[i];
+        s = tj_prune_calibrated(&r.cl, 1, &o, &co, &p, &w, &b, &err);
+        CHECK(s == TJ_ERR_INVALID_ARGUMENT && strstr(err.msg, "outside [0, 1]") && !p);
+        float *ws[1] = {NULL}, *bs[1] = {NULL};
+        CHECK(tj_prune_calibrated_sweep(&r.cl, 4, &bads[i], 1, &co, ws, bs, &err) == TJ_ERR_INVALID_ARGUMENT);
+    }
+    rl_free(&r);
+}
+
+int main(void)
+{
+    snprintf(dir, sizeof dir, "/tmp/tj_test_prune_calib_XXXXXX");
+    if (!mkdtemp(dir)) return 1;
+    test_tw1_rebuild();
+    test_sweep();
+    test_tw2_tew();
+    test_knapsack();
+    test_allocate();
+    test_bad_inputs();
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    return tj_test_end();
+}
