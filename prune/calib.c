@@ -16,7 +16,7 @@
 /* ---- dense kernels (double, row-major) ---- */
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
-#define TJ_HOT __attribute__((target_clones("arch=haswell", "default")))
+#define TJ_HOT __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
 #define TJ_HOT
 #endif
@@ -48,6 +48,28 @@ TJ_HOT static void axpy_sub(double *restrict y, double a, const double *restrict
     int64_t i = 0;
     for (; i + 4 <= n; i += 4) V4_STORE(y + i, V4_LOAD(y + i) - va * V4_LOAD(x + i));
     for (; i < n; i++) y[i] -= a * x[i];
+}
+
+/* y[0..n) -= Σ_q u[q] · v[q·ldv + 0..n), q < nu: one pass over y for the whole group. */
+TJ_HOT static void rank_sub(double *restrict y, const double *restrict u, const double *restrict v, int64_t ldv,
+                            int64_t nu, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        v4d a0 = V4_LOAD(y + i), a1 = V4_LOAD(y + i + 4);
+        for (int64_t q = 0; q < nu; q++) {
+            v4d uq = {u[q], u[q], u[q], u[q]};
+            a0 -= uq * V4_LOAD(v + q * ldv + i);
+            a1 -= uq * V4_LOAD(v + q * ldv + i + 4);
+        }
+        V4_STORE(y + i, a0);
+        V4_STORE(y + i + 4, a1);
+    }
+    for (; i < n; i++) {
+        double a = y[i];
+        for (int64_t q = 0; q < nu; q++) a -= u[q] * v[q * ldv + i];
+        y[i] = a;
+    }
 }
 
 /* In-place lower Cholesky of the leading n × n block of a (row stride lda); the strict upper
@@ -304,7 +326,7 @@ static void tile_run(void *arg, int64_t item)
     int64_t *order = malloc((size_t)dim * sizeof *order);
     int64_t *grp = malloc((size_t)b0 * sizeof *grp);
     double *m = malloc((size_t)(pmax * pmax) * sizeof *m);
-    double *y = malloc((size_t)pmax * sizeof *y), *x = malloc((size_t)pmax * sizeof *x);
+    double *y = malloc((size_t)(pmax * nr) * sizeof *y), *x = malloc((size_t)(pmax * nr) * sizeof *x);
     float *wrow = malloc((size_t)k * sizeof *wrow);
     if (!a || !wc || !wt || !v || !acc || !small || !sal || !pos2orig || !order || !grp || !m || !y || !x || !wrow) {
         job->status = TJ_ERR_OUT_OF_MEMORY;
@@ -362,7 +384,7 @@ static void tile_run(void *arg, int64_t item)
         for (int64_t i = 0; i < nr; i++) {
             double *wi = wc + i * r, u[64];
             for (int64_t q = 0; q < nb; q++) u[q] = wi[grp[q]];
-            for (int64_t q = 0; q < nb; q++) axpy_sub(wi, u[q], v + q * r, r);
+            rank_sub(wi, u, v, r, nb, r);
         }
         for (int64_t i = 0, gi = 0; i < r; i++) {
             if (gi < nb && grp[gi] == i) {
@@ -371,7 +393,7 @@ static void tile_run(void *arg, int64_t item)
             }
             double *ai = a + i * r, u[64];
             for (int64_t q = 0; q < nb; q++) u[q] = ai[grp[q]];
-            for (int64_t q = 0; q < nb; q++) axpy_sub(ai, u[q], v + q * r, r);
+            rank_sub(ai, u, v, r, nb, r);
         }
         compact(a, r, r, grp, nb, 1);
         compact(wc, nr, r, grp, nb, 0);
@@ -401,25 +423,32 @@ static void tile_run(void *arg, int64_t item)
                  L->name, (long long)order[bad]);
         goto done;
     }
-    for (int64_t i = 0; i < nr; i++) {
-        int64_t row = job->rows[i];
-        const double *wi = wt + i * dim;
-        /* forward solve L y = Hd[P,:] w̃ (prefix-consistent) */
-        for (int64_t q = 0; q < pmax; q++) {
-            double rhs = dot(c->hd + order[q] * dim, wi, dim);
-            y[q] = (rhs - dot(m + q * pmax, y, q)) / m[q * pmax + q];
+    /* R = Hd[P,:] W̃ᵀ and Y = L⁻¹ R with the tile's rows as right-hand sides ([pmax × nr]):
+     * forward substitution is prefix-consistent, so Y serves every density. */
+    for (int64_t q = 0; q < pmax; q++) {
+        const double *hq = c->hd + order[q] * dim;
+        double *yq = y + q * nr;
+        for (int64_t i = 0; i < nr; i++) yq[i] = dot(hq, wt + i * dim, dim);
+        for (int64_t j = 0; j < q; j++)
+            if (m[q * pmax + j] != 0) axpy_sub(yq, m[q * pmax + j], y + j * nr, nr);
+        double inv = 1.0 / m[q * pmax + q];
+        for (int64_t i = 0; i < nr; i++) yq[i] *= inv;
+    }
+    for (int64_t j = 0; j < job->nd; j++) {
+        int64_t p = 1 + job->keep[j];
+        memcpy(x, y, (size_t)(p * nr) * sizeof *x);
+        for (int64_t q = p - 1; q >= 0; q--) { /* Lᵀ X = Y: column q of Lᵀ is row q of L */
+            double *xq = x + q * nr, inv = 1.0 / m[q * pmax + q];
+            for (int64_t i = 0; i < nr; i++) xq[i] *= inv;
+            for (int64_t t = 0; t < q; t++)
+                if (m[q * pmax + t] != 0) axpy_sub(x + t * nr, m[q * pmax + t], xq, nr);
         }
-        for (int64_t j = 0; j < job->nd; j++) {
-            int64_t p = 1 + job->keep[j];
-            memcpy(x, y, (size_t)p * sizeof *x);
-            for (int64_t q = p - 1; q >= 0; q--) { /* Lᵀ x = y, by columns of Lᵀ = rows of L */
-                x[q] /= m[q * pmax + q];
-                axpy_sub(x, x[q], m + q * pmax, q);
-            }
+        for (int64_t i = 0; i < nr; i++) {
+            int64_t row = job->rows[i];
             float *wo = job->w[j] + row * k;
             memset(wo, 0, (size_t)k * sizeof *wo);
-            for (int64_t q = 1; q < p; q++) wo[order[q]] = (float)x[q];
-            job->b[j][row] = (float)x[0];
+            for (int64_t q = 1; q < p; q++) wo[order[q]] = (float)x[q * nr + i];
+            job->b[j][row] = (float)x[i];
         }
     }
     if (job->kept) {
