@@ -46,6 +46,9 @@ char *cli_read_config(const char *cmd, const char *value);
 int cmd_run(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_prune(int argc, char **argv);
+/* The calibrated path of prune (cmd_prune_calib.c): taken when argv has one of its options. */
+int cli_prune_wants_calibrated(int argc, char **argv);
+int cmd_prune_calibrated(int argc, char **argv);
 int cmd_pattern(int argc, char **argv);
 /* Per-layer density and FLOP reduction table plus totals (cmd_prune.c; prune and pattern). */
 struct tj_pattern;

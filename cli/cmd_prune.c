@@ -31,6 +31,25 @@ static const char *help =
     "                   (or NAME.score) of the weights' shapes; default: the weights' magnitudes\n"
     "  --pruned-weights OUT  also write the weights with every pruned weight set to zero; all\n"
     "                   other tensors (biases, embeddings, norms) are copied unchanged\n\n"
+    "Calibrated pruning (docs/pruning-calibrated.md; `python -m tilejit.calibrate` drives it):\n"
+    "  --calibration STATS  per-layer input statistics (safetensors: NAME.hessian F64 [k+1, k+1],\n"
+    "                   NAME.tokens I64 [1]); each tile keeps the input features chosen by OBS and\n"
+    "                   its weights and bias are rebuilt by ridge least squares; --pruned-weights\n"
+    "                   then holds the rebuilt weights and biases\n"
+    "  --allocation A   uniform: every layer at 1 - S (default with --calibration); global: the\n"
+    "                   global threshold above decides each tile's size (default without);\n"
+    "                   measured: a knapsack over --profile's loss table\n"
+    "  --profile LOSS.json  loss table (format tilejit-prune-profile) for --allocation measured;\n"
+    "                   the allocation covers every layer in it, the selected ones are pruned\n"
+    "  --budget-ms X    with measured: a latency budget (the table's time_ms) instead of --sparsity\n"
+    "  --damp D         ridge: D x mean(diag H) (default 0.001)\n"
+    "  --threads N      tiles rebuilt in parallel (default: all cores)\n"
+    "  --sweep-out FILE tw1 rebuilds of each selected layer at densities j/steps (j = 0..steps-1)\n"
+    "                   as tensors d<j>/NAME.weight and d<j>/NAME.bias, for the profile\n"
+    "  --sweep-steps N  (default 16)\n"
+    "  --sweep-weights J,...  only these j get weights (the relative output error NAME.error\n"
+    "                   [steps] is written for every j)\n"
+    "  --quiet          no progress line on stderr\n\n"
     "A tile-row's score is the L2 norm of its weights' scores divided by its length (a column's\n"
     "likewise over k). Prints each layer's density and FLOP reduction, and the totals.\n";
 
@@ -70,6 +89,12 @@ int cmd_prune(int argc, char **argv)
                       {"mode", 1, &mode_s, NULL},      {"ew", 1, &ew_s, NULL},             {"layers", 1, &layers, NULL},
                       {"scores", 1, &scores, NULL},    {"o", 1, &out, NULL},               {"output", 1, &out, NULL},
                       {"pruned-weights", 1, &pruned, NULL}, {"tew-base", 1, &base_s, NULL}, {0}};
+    if (cli_prune_wants_calibrated(argc, argv)) {
+        int rc = cmd_prune_calibrated(argc, argv);
+        if (rc != 2) return rc;
+        fputs(help, stdout);
+        return 0;
+    }
     int r = cli_parse("prune", argc, argv, opts, pos, 0, &npos);
     if (r == 2) {
         fputs(help, stdout);

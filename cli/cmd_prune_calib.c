@@ -6,7 +6,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "cli.h"
+#include "cli/cli.h"
 #include "prune/calib.h"
 
 static double now_s(void)
@@ -45,48 +45,60 @@ static void progress(void *user, const char *layer, int64_t done, int64_t total)
     fflush(stderr);
 }
 
-/* Writes every selected layer's tw1 rebuild at densities j/steps (j = 0 .. steps−1) as tensors
- * "d<j>/NAME.weight" and "d<j>/NAME.bias" (F32), plus "densities" (F64 [steps]). */
-static tj_status write_sweep(const tj_calib_layer *cl, int64_t nl, int64_t g, int64_t steps,
+/* Writes every selected layer's tw1 rebuild at densities j/steps (j = 0 .. steps−1): tensors
+ * "d<j>/NAME.weight" and "d<j>/NAME.bias" (F32) for the j in `which` (all when NULL), the
+ * relative output error at every j as "NAME.error" (F64 [steps]), and "densities" (F64 [steps]). */
+static tj_status write_sweep(const tj_calib_layer *cl, int64_t nl, int64_t g, int64_t steps, const unsigned char *which,
                              const tj_calib_options *co, const char *path, progress_state *ps, tj_error *err)
 {
     tj_status s = TJ_OK;
-    int64_t nt = 1 + 2 * steps * nl;
+    int64_t nt = 1 + 3 * steps * nl;
+    double *errs = calloc((size_t)(steps * nl), sizeof *errs);
     tj_st_out_tensor *outs = calloc((size_t)nt, sizeof *outs);
     char **names = calloc((size_t)nt, sizeof *names);
     int64_t *shapes = calloc((size_t)(3 * nl), sizeof *shapes);
     float **w = calloc((size_t)(steps * nl), sizeof *w), **b = calloc((size_t)(steps * nl), sizeof *b);
     double *dens = malloc((size_t)steps * sizeof *dens);
-    if (!outs || !names || !shapes || !w || !b || !dens) goto oom;
+    if (!outs || !names || !shapes || !w || !b || !dens || !errs) goto oom;
     for (int64_t j = 0; j < steps; j++) dens[j] = (double)j / (double)steps;
     outs[0] = (tj_st_out_tensor){"densities", "F64", 1, &steps, dens, (uint64_t)steps * 8};
+    int64_t no = 1;
     for (int64_t l = 0; l < nl; l++) {
         const tj_prune_layer_in *L = cl[l].in;
         shapes[3 * l] = L->n;
         shapes[3 * l + 1] = L->k;
+        shapes[3 * l + 2] = steps;
         for (int64_t j = 0; j < steps; j++) {
+            if (which && !which[j]) continue;
             w[l * steps + j] = malloc((size_t)(L->n * L->k) * sizeof(float));
             b[l * steps + j] = malloc((size_t)L->n * sizeof(float));
             if (!w[l * steps + j] || !b[l * steps + j]) goto oom;
-            int64_t i = 1 + 2 * (l * steps + j);
-            if (asprintf(&names[i], "d%lld/%s.weight", (long long)j, L->name) < 0) names[i] = NULL;
-            if (asprintf(&names[i + 1], "d%lld/%s.bias", (long long)j, L->name) < 0) names[i + 1] = NULL;
-            if (!names[i] || !names[i + 1]) goto oom;
-            outs[i] = (tj_st_out_tensor){names[i], "F32", 2, &shapes[3 * l], w[l * steps + j], (uint64_t)(L->n * L->k) * 4};
-            outs[i + 1] = (tj_st_out_tensor){names[i + 1], "F32", 1, &shapes[3 * l], b[l * steps + j], (uint64_t)L->n * 4};
+            if (asprintf(&names[no], "d%lld/%s.weight", (long long)j, L->name) < 0) names[no] = NULL;
+            if (asprintf(&names[no + 1], "d%lld/%s.bias", (long long)j, L->name) < 0) names[no + 1] = NULL;
+            if (!names[no] || !names[no + 1]) goto oom;
+            outs[no] = (tj_st_out_tensor){names[no], "F32", 2, &shapes[3 * l], w[l * steps + j], (uint64_t)(L->n * L->k) * 4};
+            outs[no + 1] = (tj_st_out_tensor){names[no + 1], "F32", 1, &shapes[3 * l], b[l * steps + j], (uint64_t)L->n * 4};
+            no += 2;
         }
-        if ((s = tj_prune_calibrated_sweep(&cl[l], g, dens, steps, co, w + l * steps, b + l * steps, err)) != TJ_OK)
+        if (asprintf(&names[no], "%s.error", L->name) < 0) {
+            names[no] = NULL;
+            goto oom;
+        }
+        outs[no] = (tj_st_out_tensor){names[no], "F64", 1, &shapes[3 * l + 2], errs + l * steps, (uint64_t)steps * 8};
+        no++;
+        if ((s = tj_prune_calibrated_sweep(&cl[l], g, dens, steps, co, w + l * steps, b + l * steps, errs + l * steps,
+                                           err)) != TJ_OK)
             goto done;
         progress(ps, L->name, l + 1, nl);
     }
-    s = tj_st_write(path, outs, nt, "{\"format\":\"tilejit-prune-sweep\",\"version\":\"1\"}", err);
+    s = tj_st_write(path, outs, no, "{\"format\":\"tilejit-prune-sweep\",\"version\":\"1\"}", err);
     goto done;
 oom:
     s = tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "--sweep-out: out of memory");
 done:
     for (int64_t i = 0; names && i < nt; i++) free(names[i]);
     for (int64_t i = 0; w && b && i < steps * nl; i++) free(w[i]), free(b[i]);
-    free(outs), free(names), free(shapes), free(w), free(b), free(dens);
+    free(outs), free(names), free(shapes), free(w), free(b), free(dens), free(errs);
     return s;
 }
 
@@ -95,7 +107,7 @@ int cmd_prune_calibrated(int argc, char **argv)
     const char *weights = NULL, *sparsity = NULL, *g_s = NULL, *mode_s = NULL, *ew_s = NULL, *layers = NULL,
                *scores = NULL, *out = NULL, *pruned = NULL, *base_s = NULL, *calib = NULL, *alloc_s = NULL,
                *profile_s = NULL, *budget_s = NULL, *damp_s = NULL, *threads_s = NULL, *sweep = NULL,
-               *steps_s = NULL, *pos[1];
+               *steps_s = NULL, *which_s = NULL, *pos[1];
     int npos, quiet = 0;
     cli_opt opts[] = {{"weights", 1, &weights, NULL},  {"sparsity", 1, &sparsity, NULL}, {"g", 1, &g_s, NULL},
                       {"mode", 1, &mode_s, NULL},      {"ew", 1, &ew_s, NULL},             {"layers", 1, &layers, NULL},
@@ -105,6 +117,7 @@ int cmd_prune_calibrated(int argc, char **argv)
                       {"profile", 1, &profile_s, NULL}, {"budget-ms", 1, &budget_s, NULL},
                       {"damp", 1, &damp_s, NULL},      {"threads", 1, &threads_s, NULL},
                       {"sweep-out", 1, &sweep, NULL},  {"sweep-steps", 1, &steps_s, NULL},
+                      {"sweep-weights", 1, &which_s, NULL},
                       {"quiet", 0, NULL, &quiet},      {0}};
     int r = cli_parse("prune", argc, argv, opts, pos, 0, &npos);
     if (r) return r == 2 ? 2 : 1;
@@ -174,6 +187,7 @@ int cmd_prune_calibrated(int argc, char **argv)
     int64_t nl = 0;
     int rc = 1;
     char *bname = NULL;
+    unsigned char *which = NULL;
     if (tj_st_open(weights, &wf, &err) != TJ_OK) goto fail;
     if (scores && tj_st_open(scores, &sf, &err) != TJ_OK) {
         tj_error_prefix(&err, "--scores");
@@ -223,7 +237,24 @@ int cmd_prune_calibrated(int argc, char **argv)
         }
     }
     if (sweep) {
-        if (write_sweep(cl, nl, opt.g, steps, &co, sweep, &ps, &err) != TJ_OK) goto fail;
+        if (which_s) {
+            if (!(which = calloc((size_t)steps, 1))) {
+                tj_fail(&err, TJ_ERR_OUT_OF_MEMORY, "out of memory");
+                goto fail;
+            }
+            for (const char *q = which_s; *q;) {
+                char *end;
+                long long j = strtoll(q, &end, 10);
+                if (end == q || j < 0 || j >= steps || (*end && *end != ',')) {
+                    tj_fail(&err, TJ_ERR_INVALID_ARGUMENT, "--sweep-weights: '%s' is not a list of j in [0, %lld)", which_s,
+                            (long long)steps);
+                    goto fail;
+                }
+                which[j] = 1;
+                q = *end ? end + 1 : end;
+            }
+        }
+        if (write_sweep(cl, nl, opt.g, steps, which, &co, sweep, &ps, &err) != TJ_OK) goto fail;
         printf("wrote %s: %lld layers at densities j/%lld, j = 0..%lld, in %.2f s\n", sweep, (long long)nl,
                (long long)steps, (long long)(steps - 1), now_s() - ps.t0);
         rc = 0;
@@ -305,7 +336,7 @@ done:
         if (nb) free(nb[l]);
         if (tile_keep) free(tile_keep[l]);
     }
-    free(nw), free(nb), free(tile_keep), free(cl), free(pd), free(bname);
+    free(nw), free(nb), free(tile_keep), free(cl), free(pd), free(bname), free(which);
     tj_prune_profile_destroy(prof);
     tj_pattern_destroy(p);
     tj_pattern_destroy(gp);

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "calib.h"
+#include "prune/calib.h"
 
 #define KNAPSACK_MAX_BUDGET ((int64_t)1 << 24)
 
@@ -204,7 +204,7 @@ tj_status tj_prune_allocate(const tj_prune_profile *p, double sparsity, double b
                             tj_error *err)
 {
     const int64_t nl = p->nl, nd = p->nd;
-    int64_t *cost = malloc((size_t)(nl * nd) * sizeof *cost), *choice = malloc((size_t)nl * sizeof *choice);
+    int64_t *cost = calloc((size_t)(nl * nd), sizeof *cost), *choice = calloc((size_t)nl, sizeof *choice);
     tj_status s = TJ_OK;
     if (!cost || !choice) {
         s = tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "allocation: out of memory");

@@ -10,8 +10,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "calib.h"
-#include "../runtime/threadpool.h"
+#include "prune/calib.h"
+#include "base/threadpool.h"
 
 /* ---- dense kernels (double, row-major) ---- */
 
@@ -255,6 +255,8 @@ typedef struct tile_job {
     float *const *w;     /* per output: [n × k] layer weights (rows of this tile written) */
     float *const *b;     /* per output: [n] */
     int32_t *kept;       /* optional: output 0's kept features, increasing (keep[0] entries) */
+    double *err;         /* optional, nd entries: Σ_rows (w̃−w̃')ᵀHd(w̃−w̃') per output, and err[nd]
+                            the tile's Σ_rows w̃ᵀHdw̃ (the error with nothing kept, bias aside) */
     tj_status status;
     char msg[256];
 } tile_job;
@@ -434,8 +436,22 @@ static void tile_run(void *arg, int64_t item)
         double inv = 1.0 / m[q * pmax + q];
         for (int64_t i = 0; i < nr; i++) yq[i] *= inv;
     }
+    if (job->err) {
+        /* The least-squares residual of prefix p is w̃ᵀHd w̃ − ‖Y[0..p)‖² per row. */
+        double total = 0;
+        for (int64_t i = 0; i < nr; i++)
+            for (int64_t q = 0; q < dim; q++) total += wt[i * dim + q] * dot(c->hd + q * dim, wt + i * dim, dim);
+        for (int64_t j = 0; j < job->nd; j++) {
+            double expl = 0;
+            for (int64_t q = 0; q < 1 + job->keep[j]; q++)
+                for (int64_t i = 0; i < nr; i++) expl += y[q * nr + i] * y[q * nr + i];
+            job->err[j] = total - expl > 0 ? total - expl : 0;
+        }
+        job->err[job->nd] = total;
+    }
     for (int64_t j = 0; j < job->nd; j++) {
         int64_t p = 1 + job->keep[j];
+        if (!job->w[j]) continue;
         memcpy(x, y, (size_t)(p * nr) * sizeof *x);
         for (int64_t q = p - 1; q >= 0; q--) { /* Lᵀ X = Y: column q of Lᵀ is row q of L */
             double *xq = x + q * nr, inv = 1.0 / m[q * pmax + q];
@@ -727,7 +743,8 @@ static tj_status prune_layer(const tj_calib_layer *cl, const tj_prune_options *o
         goto oom;
     for (int64_t t = 0; t < ntiles; t++) {
         int64_t j0 = t * g, j1 = j0 + g < ncols ? j0 + g : ncols;
-        jobs[t] = (tile_job){&c, colv + j0, j1 - j0, 1, &keep[t], &w, &b, out->tile_rows + out->tile_ptr[t], TJ_OK, ""};
+        jobs[t] = (tile_job){&c, colv + j0, j1 - j0, 1, &keep[t], &w, &b, out->tile_rows + out->tile_ptr[t], NULL,
+                             TJ_OK, ""};
     }
     if ((s = run_tiles(pool, jobs, ntiles, err)) != TJ_OK) goto done;
     if (opt->mode == TJ_PRUNE_TEW) {
@@ -807,7 +824,8 @@ fail:
 }
 
 tj_status tj_prune_calibrated_sweep(const tj_calib_layer *cl, int64_t g, const double *dens, int64_t nd,
-                                    const tj_calib_options *copt, float *const *w, float *const *b, tj_error *err)
+                                    const tj_calib_options *copt, float *const *w, float *const *b, double *errors,
+                                    tj_error *err)
 {
     tj_calib_options co = copt ? *copt : tj_calib_options_default();
     TJ_TRY(check_layer(cl, err));
@@ -821,11 +839,12 @@ tj_status tj_prune_calibrated_sweep(const tj_calib_layer *cl, int64_t g, const d
     int64_t ntiles = (L->n + g - 1) / g;
     int64_t *keep = malloc((size_t)nd * sizeof *keep), *rows = malloc((size_t)L->n * sizeof *rows);
     tile_job *jobs = calloc((size_t)ntiles, sizeof *jobs);
+    double *terr = errors ? calloc((size_t)(ntiles * (nd + 1)), sizeof *terr) : NULL;
     tj_pool *pool = NULL;
     tj_status s = TJ_OK;
     lctx c;
     int have_c = 0;
-    if (!keep || !rows || !jobs) {
+    if (!keep || !rows || !jobs || (errors && !terr)) {
         s = tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "sweep: out of memory");
         goto done;
     }
@@ -836,14 +855,23 @@ tj_status tj_prune_calibrated_sweep(const tj_calib_layer *cl, int64_t g, const d
     if ((s = make_pool(&co, &pool, err)) != TJ_OK) goto done;
     for (int64_t t = 0; t < ntiles; t++) {
         int64_t j0 = t * g, j1 = j0 + g < L->n ? j0 + g : L->n;
-        jobs[t] = (tile_job){&c, rows + j0, j1 - j0, nd, keep, w, b, NULL, TJ_OK, ""};
+        jobs[t] = (tile_job){&c, rows + j0, j1 - j0, nd, keep, w, b, NULL, terr ? terr + t * (nd + 1) : NULL,
+                             TJ_OK, ""};
     }
-    s = run_tiles(pool, jobs, ntiles, err);
+    if ((s = run_tiles(pool, jobs, ntiles, err)) != TJ_OK || !errors) goto done;
+    double total = 0;
+    for (int64_t t = 0; t < ntiles; t++) total += terr[t * (nd + 1) + nd];
+    for (int64_t j = 0; j < nd; j++) {
+        double e = 0;
+        for (int64_t t = 0; t < ntiles; t++) e += terr[t * (nd + 1) + j];
+        errors[j] = total > 0 ? e / total : 0;
+    }
 done:
     if (have_c) lctx_free(&c);
     tj_pool_destroy(pool);
     free(keep);
     free(rows);
     free(jobs);
+    free(terr);
     return s;
 }

@@ -15,7 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "prune.h"
+#include "prune/prune.h"
+#include "tilejit/prune.h"
 
 /* ---- calibration statistics (a safetensors file) ----
  * For each layer NAME with k input features:
@@ -75,43 +76,15 @@ tj_status tj_prune_calibrated(const tj_calib_layer *layers, int64_t nlayers, con
 
 /* tw1 sweep for the allocation profile: one OBS pass per tile gives nested kept sets, one
  * Cholesky of the tile's permuted H gives every density's rebuild. For each of nd densities,
- * w[d] ([n × k]) and b[d] ([n]) receive the rebuilt layer (caller-allocated). */
+ * w[d] ([n × k]) and b[d] ([n]) receive the rebuilt layer (caller-allocated; w[d] NULL: skip
+ * that density's weights). errors (optional, nd entries) receives each density's relative
+ * output error Σ (w̃−w̃')ᵀHd(w̃−w̃') / Σ w̃ᵀHd w̃ over all rows (w̃ = [w, bias]), read off the
+ * factor without solving. */
 tj_status tj_prune_calibrated_sweep(const tj_calib_layer *layer, int64_t g, const double *densities, int64_t nd,
-                                    const tj_calib_options *copt, float *const *w, float *const *b, tj_error *err);
+                                    const tj_calib_options *copt, float *const *w, float *const *b, double *errors,
+                                    tj_error *err);
 
-/* ---- allocation ---- */
-
-/* Multiple-choice knapsack: for each of nl layers pick one of nc choices (cost[l·nc + c] ≥ 0,
- * loss[l·nc + c] finite) minimising Σ loss with Σ cost ≤ budget. Costs are integers in units
- * (weights, or time quanta, see tj_prune_allocate); the dynamic program is exact over them.
- * choice[l] receives the index. An infeasible budget (the cheapest choices exceed it) is an
- * error that names the minimum. Ties go to the cheaper total, then to lower choice indices. */
-tj_status tj_knapsack_solve(const int64_t *cost, const double *loss, int64_t nl, int64_t nc, int64_t budget,
-                            int64_t *choice, tj_error *err);
-
-/* The loss table written by the profiling driver (JSON, format "tilejit-prune-profile", v1):
- *   {"format": "tilejit-prune-profile", "version": 1, "densities": [d_0, ...],
- *    "layers": [{"name": ..., "n": N, "k": K, "loss": [...], "time_ms": [...]}, ...]}
- * densities in [0, 1]; loss (1 − output cosine with that layer alone at d_j) one per density;
- * time_ms optional (needed for a latency budget). */
-typedef struct tj_prune_profile {
-    int64_t nd, nl;
-    double *densities;
-    char **names;
-    int64_t *n, *k;
-    double *loss;    /* [nl × nd] */
-    double *time_ms; /* [nl × nd], or NULL when some layer has none */
-} tj_prune_profile;
-
-tj_status tj_prune_profile_load(const char *path, tj_prune_profile **out, tj_error *err);
-void tj_prune_profile_destroy(tj_prune_profile *p);
-
-/* Per-layer densities from a profile: with budget_ms ≤ 0, the kept weights of all profile
- * layers (round(d·k)·n each) stay within (1 − sparsity) of their total; with budget_ms > 0,
- * their summed time_ms stays within budget_ms (times quantised to budget/4096, rounded up, so
- * the budget is never exceeded). density[l] for profile layer l. */
-tj_status tj_prune_allocate(const tj_prune_profile *p, double sparsity, double budget_ms, double *density,
-                            tj_error *err);
+/* The allocation (knapsack, loss table) is public: include/tilejit/prune.h. */
 
 /* Writes `path`: every tensor of `weights` as it is, except each pattern layer's NAME.weight
  * (w[l], converted to the tensor's dtype) and NAME.bias (b[l]; added as F32 [n] when the file

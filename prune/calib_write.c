@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "calib.h"
+#include "prune/calib.h"
 
 typedef struct rebuilt_ctx {
     const tj_st_out_tensor *outs;

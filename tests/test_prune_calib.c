@@ -225,7 +225,10 @@ static void test_sweep(void)
     for (int j = 0; j < 4; j++) ws[j] = malloc(9 * 20 * sizeof(float)), bs[j] = malloc(9 * sizeof(float));
     tj_calib_options co = tj_calib_options_default();
     tj_error err = {0};
-    CHECK_OK(tj_prune_calibrated_sweep(&r.cl, 4, dens, 4, &co, ws, bs, &err), &err);
+    double errs[4];
+    CHECK_OK(tj_prune_calibrated_sweep(&r.cl, 4, dens, 4, &co, ws, bs, errs, &err), &err);
+    CHECKF(errs[2] > errs[0] && errs[0] > errs[1] && errs[1] > errs[3] && errs[3] < 1e-9 && errs[2] <= 1.0,
+           "sweep errors %g %g %g %g", errs[0], errs[1], errs[2], errs[3]);
     for (int j = 0; j < 3; j++) {
         r.cl.density = dens[j];
         tj_prune_options o = tj_prune_options_default();
@@ -440,7 +443,7 @@ static void test_bad_inputs(void)
         s = tj_prune_calibrated(&r.cl, 1, &o, &co, &p, &w, &b, &err);
         CHECK(s == TJ_ERR_INVALID_ARGUMENT && strstr(err.msg, "outside [0, 1]") && !p);
         float *ws[1] = {NULL}, *bs[1] = {NULL};
-        CHECK(tj_prune_calibrated_sweep(&r.cl, 4, &bads[i], 1, &co, ws, bs, &err) == TJ_ERR_INVALID_ARGUMENT);
+        CHECK(tj_prune_calibrated_sweep(&r.cl, 4, &bads[i], 1, &co, ws, bs, NULL, &err) == TJ_ERR_INVALID_ARGUMENT);
     }
     rl_free(&r);
 }

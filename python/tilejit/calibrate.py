@@ -112,10 +112,13 @@ def layer_regex(names):
     return "^(" + "|".join(re.escape(n) for n in names) + ")$"
 
 
-def profile(tj, weights, stats_path, model, seqs, g, steps, tmp, layer_names, time_ms=None):
+def profile(tj, weights, stats_path, model, seqs, g, steps, tmp, layer_names, time_ms=None, measure=None):
     """{"densities": [...], "layers": [{"name", "n", "k", "loss": [...]}]}: each layer alone at
-    densities j/steps (j = 0..steps) rebuilt by `tilejit prune --sweep-out`, loss = 1 − mean
-    embedding cosine to the dense model on `seqs`."""
+    densities j/steps (j = 0..steps), rebuilt by `tilejit prune --sweep-out`; loss = 1 − mean
+    embedding cosine to the dense model on `seqs`. The model is run at the densities j in
+    `measure` (default: all); at the others the loss is the layer's exact relative output error
+    (from the sweep) times the loss/error ratio of the nearest measured densities, interpolated
+    linearly in d (so measured points are exact and the shape between them is the layer's own)."""
     st = Stages(model, seqs)
     nblocks = model.c["num_hidden_layers"]
     x, cache = st.x0, []
@@ -124,27 +127,41 @@ def profile(tj, weights, stats_path, model, seqs, g, steps, tmp, layer_names, ti
         cache.append(ins)
     ref = model.pool(x, st.offs)
     dens = [j / steps for j in range(steps + 1)]
+    measure = sorted(set(measure if measure is not None else range(steps)))
     table = {"format": "tilejit-prune-profile", "version": 1, "densities": dens, "layers": [],
-             "sentences": len(seqs), "tokens": int(st.offs[-1])}
+             "sentences": len(seqs), "tokens": int(st.offs[-1]), "measured": [dens[j] for j in measure]}
     t0 = time.time()
     for li, name in enumerate(layer_names):
         i = int(name.split(".")[2])
         stage = next(s for s, names in enumerate(bert.STAGES) if name.endswith(tuple(names)))
         sweep = os.path.join(tmp, "sweep.safetensors")
         subprocess.run([tj, "prune", "--weights", weights, "--calibration", stats_path, "--layers", layer_regex([name]),
-                        "--g", str(g), "--sweep-out", sweep, "--sweep-steps", str(steps), "--quiet"],
-                       check=True, stdout=subprocess.DEVNULL)
+                        "--g", str(g), "--sweep-out", sweep, "--sweep-steps", str(steps), "--quiet",
+                        "--sweep-weights", ",".join(map(str, measure))], check=True, stdout=subprocess.DEVNULL)
         sw = safetensors.load(sweep)
+        err = np.array(sw[name + ".error"], dtype=np.float64)
         w0, b0 = model.w[name + ".weight"], model.w[name + ".bias"]
-        loss = []
-        for j in range(steps):
+        measured = {}
+        for j in measure:
             model.set_weights({name + ".weight": np.array(sw["d%d/%s.weight" % (j, name)]),
                                name + ".bias": np.array(sw["d%d/%s.bias" % (j, name)])})
             e = model.pool(run_from(model, i, stage, cache[i], st.offs), st.offs)
-            loss.append(max(0.0, 1.0 - mean_cos(e, ref)))
-        loss.append(0.0)
+            measured[j] = max(0.0, 1.0 - mean_cos(e, ref))
         model.set_weights({name + ".weight": w0, name + ".bias": b0})
-        entry = {"name": name, "n": int(w0.shape[0]), "k": int(w0.shape[1]), "loss": loss}
+        mj = sorted(measured)
+        ratio = [measured[j] / err[j] if err[j] > 0 else 0.0 for j in mj]
+        loss = []
+        for j in range(steps):
+            if j in measured:
+                loss.append(measured[j])
+            else:
+                loss.append(float(err[j] * np.interp(j, mj, ratio)))
+        # monotone: more density never costs more loss
+        for j in range(steps - 2, -1, -1):
+            loss[j] = max(loss[j], loss[j + 1])
+        loss.append(0.0)
+        entry = {"name": name, "n": int(w0.shape[0]), "k": int(w0.shape[1]), "loss": loss,
+                 "output_error": [float(v) for v in err] + [0.0]}
         if time_ms is not None:
             entry["time_ms"] = time_ms[name]
         table["layers"].append(entry)
@@ -189,7 +206,9 @@ def main(argv=None):
     ap.add_argument("--allocation", default="measured", choices=["measured", "uniform", "global"])
     ap.add_argument("--steps", type=int, default=16, help="profile densities j/steps")
     ap.add_argument("--calib-sentences", type=int, default=256)
-    ap.add_argument("--profile-sentences", type=int, default=32)
+    ap.add_argument("--profile-sentences", type=int, default=16)
+    ap.add_argument("--measure", default="2,4,8,12",
+                    help="the j (of j/steps) at which the profile runs the model ('all': every one)")
     ap.add_argument("--evaluate", type=int, default=0, help="evaluation sentences (0: none)")
     ap.add_argument("--no-sequential", action="store_true", help="one prune from the dense model's statistics")
     ap.add_argument("--latency", default=None, metavar="M", help="measure per-layer times at M tokens for --budget-ms")
@@ -243,8 +262,9 @@ def main(argv=None):
             if a.latency:
                 shapes = {n: model.w[n + ".weight"].shape for n in names}
                 times = latency_table(tj, names, shapes, a.steps, int(a.latency), a.g)
+            measure = None if a.measure == "all" else [int(v) for v in a.measure.split(",")]
             table = profile(tj, wpath, stats_path, model, [tok.encode(s) for s in prof], a.g, a.steps, a.out, names,
-                            times)
+                            times, measure)
             with open(prof_path, "w") as f:
                 json.dump(table, f, indent=1)
             t_prof = time.time() - t
