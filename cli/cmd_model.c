@@ -12,6 +12,7 @@
 #include "cli/cli.h"
 #include "runtime/model.h"
 #include "base/rng.h"
+#include "base/safetensors.h"
 #include "tj_config.h"
 #if TJ_HAVE_LLVM
 #include "bench/dense_cpu.h"
@@ -28,7 +29,7 @@ int tj_cli_cuda_time_layer(tj_model *m, int64_t layer, int64_t M, double min_tim
 static const char *help =
     "usage: tilejit model PATTERN --weights W.safetensors [--backend auto|cpu|cuda|reference]\n"
     "                     [--m M] [--threads T] [--min-time S] [--tuning-log LOG]\n"
-    "                     [--cache-dir DIR] [-v]\n\n"
+    "                     [--cache-dir DIR] [--reference-weights DENSE.safetensors] [-v]\n\n"
     "Loads every layer of the model, runs each on random input X [M × k] (M = batch × tokens,\n"
     "default 128), checks Y against the reference backend (relative error ≤ 1e-5 in fp32,\n"
     "≤ 2e-3 on the GPU's fp16 path) and times it against the dense baseline on the same shape:\n"
@@ -36,7 +37,47 @@ static const char *help =
     "warm-up, then at least 5 repeats and --min-time seconds (default 0.1), median per call.\n"
     "Prints one row per layer and the total; exits 1 if any layer is out of bounds.\n\n"
     "Load time is shown cold and warm: without --cache-dir the model is loaded into a fresh\n"
-    "temporary kernel cache (cold), then loaded again from it (warm).\n";
+    "temporary kernel cache (cold), then loaded again from it (warm).\n\n"
+    "--reference-weights DENSE.safetensors: also compare each layer's output with the dense\n"
+    "checkpoint's (NAME.weight and NAME.bias there) on the same random X: the cosine of the two\n"
+    "outputs per layer (column 'cos.dense') and over all layers together. Random X is not the\n"
+    "model's real input: for the model's own agreement see python -m tilejit.calibrate\n"
+    "--evaluate or scripts/quality.\n";
+
+/* cos(Y, X · Wdᵀ + bd) for the reference checkpoint's layer, accumulated into the overall sums.
+ * Returns NAN when the checkpoint has no usable NAME.weight of the layer's shape. */
+static double dense_agreement(const tj_st_file *ref, const tj_layer_info *li, const float *x, int64_t M,
+                              const float *y, double *dot_all, double *yy_all, double *dd_all)
+{
+    char name[1100];
+    snprintf(name, sizeof name, "%s.weight", li->name);
+    const tj_st_tensor *w = tj_st_find(ref, name);
+    snprintf(name, sizeof name, "%s.bias", li->name);
+    const tj_st_tensor *b = tj_st_find(ref, name);
+    if (!w || !w->dtype_ok || w->ndim != 2 || w->shape[0] != li->n || w->shape[1] != li->k) return NAN;
+    if (b && (!b->dtype_ok || b->ndim != 1 || b->shape[0] != li->n)) b = NULL;
+    float *wr = malloc((size_t)li->k * sizeof *wr);
+    if (!wr) return NAN;
+    double dot = 0, yy = 0, dd = 0;
+    for (int64_t n = 0; n < li->n; n++) {
+        tj_convert_to_f32((const char *)w->data + (size_t)(n * li->k) * tj_dtype_size(w->dtype), w->dtype, li->k, wr);
+        double bias = b ? tj_load_f32(b->data, b->dtype, n) : 0;
+        for (int64_t m = 0; m < M; m++) {
+            const float *xm = x + m * li->k;
+            double d = bias;
+            for (int64_t k = 0; k < li->k; k++) d += (double)xm[k] * wr[k];
+            double v = y[m * li->n + n];
+            dot += v * d;
+            yy += v * v;
+            dd += d * d;
+        }
+    }
+    free(wr);
+    *dot_all += dot;
+    *yy_all += yy;
+    *dd_all += dd;
+    return yy > 0 && dd > 0 ? dot / sqrt(yy * dd) : 0;
+}
 
 typedef struct timed {
     tj_model *model;
@@ -143,13 +184,13 @@ static void fmt_ms(char *buf, size_t len, double s)
 int cmd_model(int argc, char **argv)
 {
     const char *weights = NULL, *backend = "auto", *threads_s = NULL, *m_s = NULL, *min_time_s = NULL;
-    const char *tlog = NULL, *cache = NULL, *pos[1];
+    const char *tlog = NULL, *cache = NULL, *refw = NULL, *pos[1];
     int verbose = 0, npos;
     cli_opt opts[] = {{"weights", 1, &weights, NULL},   {"backend", 1, &backend, NULL},
                       {"m", 1, &m_s, NULL},             {"threads", 1, &threads_s, NULL},
                       {"min-time", 1, &min_time_s, NULL}, {"tuning-log", 1, &tlog, NULL},
                       {"cache-dir", 1, &cache, NULL},   {"v", 0, NULL, &verbose},
-                      {"verbose", 0, NULL, &verbose},   {0}};
+                      {"verbose", 0, NULL, &verbose},   {"reference-weights", 1, &refw, NULL}, {0}};
     int r = cli_parse("model", argc, argv, opts, pos, 1, &npos);
     if (r == 2) { fputs(help, stdout); return 0; }
     if (r) return 1;
@@ -177,8 +218,14 @@ int cmd_model(int argc, char **argv)
 
     tj_context *ctx = NULL;
     tj_model *model = NULL;
+    tj_st_file *ref = NULL;
+    double agree_dot = 0, agree_yy = 0, agree_dd = 0, agree_min = INFINITY;
     float *x = NULL, *y = NULL, *yref = NULL, *wf = NULL, *yd = NULL;
     int rc = 1;
+    if (refw) {
+        tj_error rerr = {0};
+        if (tj_st_open(refw, &ref, &rerr) != TJ_OK) { cli_fail("model", "--reference-weights: %s", rerr.msg); goto done; }
+    }
     if (tj_context_create(&opt, &ctx) != TJ_OK) { cli_fail("model", "%s", tj_last_error()); goto done; }
     tj_backend be = tj_context_backend(ctx);
 
@@ -217,8 +264,8 @@ int cmd_model(int argc, char **argv)
            tj_backend_name(be), (long long)M, threads ? threads_s : "all");
     printf("load: cold %.3f s, warm %.3f s (backend preparation; %.3f s / %.3f s with parsing and mapping)\n",
            cold, warm, cold_wall, warm_wall);
-    printf("%-44s %6s %6s %8s %10s %10s %10s %8s\n", "layer", "n", "k", "density", "rel.err", "tilejit ms",
-           "dense ms", "speedup");
+    printf("%-44s %6s %6s %8s %10s %10s %10s %8s%s\n", "layer", "n", "k", "density", "rel.err", "tilejit ms",
+           "dense ms", "speedup", ref ? "  cos.dense" : "");
 
     tj_rng rng = {0x5eed0f7173ull};
     double tot_tj = 0, tot_dense = 0, tot_kept = 0, tot_w = 0;
@@ -237,6 +284,8 @@ int cmd_model(int argc, char **argv)
         }
         tj_reference_linear(&model->pattern->layers[i], &model->lw[i], x, M, yref);
         double e = relerr(y, yref, M * li.n);
+        double agree = ref ? dense_agreement(ref, &li, x, M, y, &agree_dot, &agree_yy, &agree_dd) : NAN;
+        if (agree < agree_min) agree_min = agree;
         if (!(e <= bound)) bad++;
 
         double t_tj = -1, t_dense = -1;
@@ -284,8 +333,11 @@ int cmd_model(int argc, char **argv)
         fmt_ms(b, sizeof b, t_dense);
         if (t_dense > 0 && t_tj > 0) snprintf(sp, sizeof sp, "%.2fx", t_dense / t_tj);
         else snprintf(sp, sizeof sp, "-");
-        printf("%-44s %6lld %6lld %8.4f %9.2e%s %10s %10s %8s\n", li.name, (long long)li.n, (long long)li.k,
+        printf("%-44s %6lld %6lld %8.4f %9.2e%s %10s %10s %8s", li.name, (long long)li.n, (long long)li.k,
                dens, e, e <= bound ? " " : "!", a, b, sp);
+        if (ref && isnan(agree)) printf("  %9s", "no layer");
+        else if (ref) printf("  %9.4f", agree);
+        printf("\n");
         fflush(stdout);
     }
     char a[32], b[32], sp[32];
@@ -308,6 +360,9 @@ int cmd_model(int argc, char **argv)
             printf("config at M = %lld: %-44s %s\n", (long long)M, li.name, cj ? cj : "(default)");
         }
     }
+    if (ref)
+        printf("output agreement with %s on the same random X: cosine overall %.4f, lowest layer %.4f\n", refw,
+               agree_yy > 0 && agree_dd > 0 ? agree_dot / sqrt(agree_yy * agree_dd) : 0.0, agree_min);
     if (staged)
         printf("note: GPU times include host<->device staging copies (no device-buffer timing hook in this build)\n");
     if (bad) {
@@ -324,6 +379,7 @@ done:
     free(wf);
     tj_model_destroy(model);
     tj_context_destroy(ctx);
+    tj_st_close(ref);
     if (own_cache) remove_tree(tmpdir);
     return rc;
 }

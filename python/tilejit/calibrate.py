@@ -212,7 +212,8 @@ def main(argv=None):
     ap.add_argument("--evaluate", type=int, default=0, help="evaluation sentences (0: none)")
     ap.add_argument("--no-sequential", action="store_true", help="one prune from the dense model's statistics")
     ap.add_argument("--latency", default=None, metavar="M", help="measure per-layer times at M tokens for --budget-ms")
-    ap.add_argument("--reuse-profile", action="store_true", help="use OUT/profile.json if it exists")
+    ap.add_argument("--reuse-profile", action="store_true",
+                    help="use OUT/stats-dense.safetensors and OUT/profile.json if they exist (same model and sentences)")
     ap.add_argument("--damp", default=None)
     ap.add_argument("--tilejit", default=None)
     a = ap.parse_args(argv)
@@ -237,14 +238,17 @@ def main(argv=None):
     # 1. dense statistics
     t = time.time()
     stats_path = os.path.join(a.out, "stats-dense.safetensors")
-    st = Stages(model, cal_seqs)
-    x, tensors = st.x0, {}
-    for i in range(nblocks):
-        ins, x = st.inputs(i, x)
-        for s, stage_names in enumerate(bert.STAGES):
-            tensors.update(stats_tensors(["encoder.layer.%d.%s" % (i, n) for n in stage_names], ins[s]))
-    save_stats(stats_path, tensors, os.path.basename(a.model.rstrip("/")))
-    del tensors, st
+    if a.reuse_profile and os.path.exists(stats_path):
+        log("calibrate: reusing %s" % stats_path)
+    else:
+        st = Stages(model, cal_seqs)
+        x, tensors = st.x0, {}
+        for i in range(nblocks):
+            ins, x = st.inputs(i, x)
+            for s, stage_names in enumerate(bert.STAGES):
+                tensors.update(stats_tensors(["encoder.layer.%d.%s" % (i, n) for n in stage_names], ins[s]))
+        save_stats(stats_path, tensors, os.path.basename(a.model.rstrip("/")))
+        del tensors, st
     t_stats = time.time() - t
     log("calibrate: dense statistics in %.1f s -> %s" % (t_stats, stats_path))
 
