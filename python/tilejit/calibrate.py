@@ -170,26 +170,29 @@ def profile(tj, weights, stats_path, model, seqs, g, steps, tmp, layer_names, ti
     return table
 
 
-def latency_table(tj, layer_names, shapes, steps, m, g, backend="cpu"):
-    """{layer: [ms at density j/steps, j = 0..steps]} measured with `tilejit bench` once per
-    distinct shape (the time of a tile-wise layer depends on its shape and density, not its
+def latency_table(tj, layer_names, shapes, steps, m, g, tmp, threads=None):
+    """{layer: [ms at density j/steps, j = 0..steps]} from `tilejit bench --backend cpu --sweep`,
+    once per distinct shape (a tile-wise layer's time depends on its shape and density, not on its
     values); density 0 costs nothing."""
     cache, out = {}, {}
     for name in layer_names:
         n, k = shapes[name]
         if (n, k) not in cache:
-            row = [0.0]
-            for j in range(1, steps + 1):
-                s = 1.0 - j / steps
-                cmd = [tj, "bench", "--backend", backend, "--m", str(m), "--n", str(n), "--k", str(k),
-                       "--sparsity", "%g" % min(s, 0.999), "--g", str(g)]
-                r = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-                mt = re.search(r"tilejit[^\n]*?median[ =]+([0-9.]+) ?(ms|us)", r) or re.search(r"median ([0-9.]+) (ms|us)", r)
-                if not mt:
-                    raise RuntimeError("cannot read the time from `%s`:\n%s" % (" ".join(cmd), r))
-                row.append(float(mt.group(1)) / (1000.0 if mt.group(2) == "us" else 1.0))
+            sps = [1.0 - j / steps for j in range(1, steps + 1)]
+            csv = os.path.join(tmp, "latency.csv")
+            cmd = [tj, "bench", "--backend", "cpu", "--m", str(m), "--n", str(n), "--k", str(k), "--g", str(g),
+                   "--sweep", ",".join("%g" % v for v in sps), "--csv", csv, "--min-time", "0.05"]
+            if threads:
+                cmd += ["--threads", str(threads)]
+            subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+            with open(csv) as f:
+                lines = [l.strip().split(",") for l in f if l.strip()]
+            col = lines[0].index("tilejit_ms")
+            scol = lines[0].index("sparsity")
+            by_s = {round(float(r[scol]), 4): float(r[col]) for r in lines[1:]}
+            row = [0.0] + [by_s[round(v, 4)] for v in sps]
             cache[(n, k)] = row
-            log("latency: %d x %d: %s ms" % (n, k, " ".join("%.3f" % v for v in row)))
+            log("latency: %d x %d at M = %d: %s ms" % (n, k, m, " ".join("%.3f" % v for v in row)))
         out[name] = cache[(n, k)]
     return out
 
@@ -265,7 +268,7 @@ def main(argv=None):
             times = None
             if a.latency:
                 shapes = {n: model.w[n + ".weight"].shape for n in names}
-                times = latency_table(tj, names, shapes, a.steps, int(a.latency), a.g)
+                times = latency_table(tj, names, shapes, a.steps, int(a.latency), a.g, a.out)
             measure = None if a.measure == "all" else [int(v) for v in a.measure.split(",")]
             table = profile(tj, wpath, stats_path, model, [tok.encode(s) for s in prof], a.g, a.steps, a.out, names,
                             times, measure)
