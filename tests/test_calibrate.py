@@ -129,6 +129,36 @@ def main():
     check(rel < 1e-5 and int(st["encoder.layer.0.attention.self.query.tokens"][0]) == x.shape[0],
           "statistics file: H = X̃ᵀX̃ of the layer's input (rel. diff %.1e), token count" % rel)
 
+    # latency budget through the CLI: a made-up time table (ms = density · n · k / 1e4)
+    for l in prof["layers"]:
+        l["time_ms"] = [d * l["n"] * l["k"] / 1e4 for d in prof["densities"]]
+    tprof = os.path.join(tmp, "profile-time.json")
+    with open(tprof, "w") as f:
+        json.dump(prof, f)
+    full = sum(l["time_ms"][-1] for l in prof["layers"])
+    wpath = os.path.join(mdir, "model.safetensors")
+    r = subprocess.run([TJ, "prune", "--weights", wpath, "--calibration", os.path.join(out, "stats-dense.safetensors"),
+                        "--layers", calibrate.layer_regex(names), "--g", g, "--allocation", "measured", "--profile", tprof,
+                        "--budget-ms", "%g" % (0.4 * full), "-o", os.path.join(tmp, "lat.json"), "--quiet"],
+                       capture_output=True, text=True)
+    line = [x for x in r.stdout.splitlines() if x.startswith("latency:")]
+    used = float(line[0].split()[1]) if line else float("inf")
+    check(r.returncode == 0 and used <= 0.4 * full + 1e-9 and used > 0.3 * full,
+          "--budget-ms %.3f: the allocation uses %.3f ms of the table's times" % (0.4 * full, used))
+    # bad inputs through the CLI: statistics of another model, a density outside [0, 1]
+    other = os.path.join(tmp, "other-stats.safetensors")
+    safetensors.save(other, {names[0] + ".hessian": np.eye(7), names[0] + ".tokens": np.array([1], dtype=np.int64)})
+    r = subprocess.run([TJ, "prune", "--weights", wpath, "--calibration", other, "--layers", calibrate.layer_regex(names[:1]),
+                        "--sparsity", "0.5", "-o", os.path.join(tmp, "x.json")], capture_output=True, text=True)
+    check(r.returncode == 1 and "another model" in r.stderr, "statistics of another model: %s" % r.stderr.strip())
+    bad = dict(prof, densities=[1.5] + prof["densities"][1:])
+    with open(tprof, "w") as f:
+        json.dump(bad, f)
+    r = subprocess.run([TJ, "prune", "--weights", wpath, "--calibration", os.path.join(out, "stats-dense.safetensors"),
+                        "--allocation", "measured", "--profile", tprof, "--sparsity", "0.5", "--layers",
+                        calibrate.layer_regex(names), "-o", os.path.join(tmp, "x.json")], capture_output=True, text=True)
+    check(r.returncode == 1 and "outside [0, 1]" in r.stderr, "density outside [0, 1]: %s" % r.stderr.strip())
+
     # quality: calibrated vs the plain global magnitude pruner at the same sparsity
     ev, _, _ = bert.corpus_split()
     seqs = [tok.encode(s) for s in ev[:60 if not real else 600]]
