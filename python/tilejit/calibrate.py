@@ -155,7 +155,7 @@ def profile(tj, weights, stats_path, model, seqs, g, steps, tmp, layer_names, ti
             if j in measured:
                 loss.append(measured[j])
             else:
-                loss.append(float(err[j] * np.interp(j, mj, ratio)))
+                loss.append(min(2.0, float(err[j] * np.interp(j, mj, ratio))))  # 1 − cos ≤ 2
         # monotone: more density never costs more loss
         for j in range(steps - 2, -1, -1):
             loss[j] = max(loss[j], loss[j + 1])
