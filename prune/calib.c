@@ -72,9 +72,9 @@ TJ_HOT static void rank_sub(double *restrict y, const double *restrict u, const 
     }
 }
 
-/* In-place lower Cholesky of the leading n × n block of a (row stride lda); the strict upper
- * triangle is left alone. Returns -1, or the index of the first pivot that is not positive. */
-static int64_t cholesky(double *a, int64_t n, int64_t lda)
+/* Unblocked Crout Cholesky of rows/columns [0, n) of a (row stride lda), assuming the
+ * contributions of any earlier columns were already subtracted. */
+static int64_t cholesky_small(double *a, int64_t n, int64_t lda)
 {
     for (int64_t i = 0; i < n; i++) {
         double *ri = a + i * lda;
@@ -89,26 +89,70 @@ static int64_t cholesky(double *a, int64_t n, int64_t lda)
     return -1;
 }
 
+/* In-place lower Cholesky of the leading n × n block of a (row stride lda); the strict upper
+ * triangle is left alone. Returns -1, or the index of the first pivot that is not positive.
+ * Right-looking in panels of CHOL_NB columns: factor the diagonal block, solve the panel below
+ * it, then subtract the panel's rank-CHOL_NB product from the trailing lower triangle (the bulk
+ * of the work, as fused row updates against the panel transposed into cache). */
+#define CHOL_NB 32
+static int64_t cholesky(double *a, int64_t n, int64_t lda)
+{
+    double *pt = n > 2 * CHOL_NB ? malloc((size_t)(CHOL_NB * n) * sizeof *pt) : NULL;
+    if (!pt) return cholesky_small(a, n, lda);
+    for (int64_t kb = 0; kb < n; kb += CHOL_NB) {
+        int64_t nb = n - kb < CHOL_NB ? n - kb : CHOL_NB;
+        int64_t bad = cholesky_small(a + kb * lda + kb, nb, lda);
+        if (bad >= 0) {
+            free(pt);
+            return kb + bad;
+        }
+        for (int64_t i = kb + nb; i < n; i++) { /* L[i, kb:kb+nb] = A[i, kb:kb+nb] L_kk⁻ᵀ */
+            double *ri = a + i * lda + kb;
+            for (int64_t j = 0; j < nb; j++) {
+                const double *rj = a + (kb + j) * lda + kb;
+                ri[j] = (ri[j] - dot(ri, rj, j)) / rj[j];
+            }
+        }
+        int64_t t0 = kb + nb;
+        if (t0 >= n) break;
+        for (int64_t j = t0; j < n; j++)
+            for (int64_t t = 0; t < nb; t++) pt[t * n + j] = a[j * lda + kb + t];
+        for (int64_t i = t0; i < n; i++)
+            rank_sub(a + i * lda + t0, a + i * lda + kb, pt + t0, n, nb, i - t0 + 1);
+    }
+    free(pt);
+    return -1;
+}
+
 /* inv (n × n, full) = (L Lᵀ)⁻¹ from the lower factor L (stride n); u is n × n scratch. */
 static void chol_inverse(const double *l, int64_t n, double *inv, double *u)
 {
-    /* U = L⁻¹ (lower) row by row: U[i] = (e_i − Σ_{m<i} L[i][m] U[m]) / L[i][i]. */
+    double coef[8];
+    /* U = L⁻¹ (lower) row by row: U[i] = (e_i − Σ_{m<i} L[i][m] U[m]) / L[i][i], eight rows of U
+     * at a time (their entries beyond the diagonal are zero). */
     memset(u, 0, (size_t)(n * n) * sizeof *u);
     for (int64_t i = 0; i < n; i++) {
         double *ui = u + i * n;
         const double *li = l + i * n;
         ui[i] = 1.0;
-        for (int64_t m = 0; m < i; m++)
+        int64_t m = 0;
+        for (; m + 8 <= i; m += 8) rank_sub(ui, li + m, u + m * n, n, 8, m + 8);
+        for (; m < i; m++)
             if (li[m] != 0) axpy_sub(ui, li[m], u + m * n, m + 1);
         double s = 1.0 / li[i];
         for (int64_t j = 0; j <= i; j++) ui[j] *= s;
     }
-    /* inv = Uᵀ U, lower triangle by rank-1 rows, then mirrored. */
+    /* inv = Uᵀ U: inv[i][0..i] = Σ_{m ≥ i} U[m][i] U[m][0..i], then mirrored. */
     memset(inv, 0, (size_t)(n * n) * sizeof *inv);
-    for (int64_t m = 0; m < n; m++) {
-        const double *um = u + m * n;
-        for (int64_t i = 0; i <= m; i++)
-            if (um[i] != 0) axpy_sub(inv + i * n, -um[i], um, i + 1);
+    for (int64_t i = 0; i < n; i++) {
+        double *row = inv + i * n;
+        int64_t m = i;
+        for (; m + 8 <= n; m += 8) {
+            for (int q = 0; q < 8; q++) coef[q] = -u[(m + q) * n + i];
+            rank_sub(row, coef, u + m * n, n, 8, i + 1);
+        }
+        for (; m < n; m++)
+            if (u[m * n + i] != 0) axpy_sub(row, -u[m * n + i], u + m * n, i + 1);
     }
     for (int64_t i = 0; i < n; i++)
         for (int64_t j = 0; j < i; j++) inv[j * n + i] = inv[i * n + j];
