@@ -155,3 +155,10 @@ int tj_activation_parse(const char *s, tj_activation *out)
     else return 0;
     return 1;
 }
+
+const tj_layer *tj_pattern_find(const tj_pattern *p, const char *name)
+{
+    for (int64_t i = 0; p && name && i < p->nlayers; i++)
+        if (strcmp(p->layers[i].name, name) == 0) return &p->layers[i];
+    return NULL;
+}
