@@ -3,7 +3,7 @@
  * tensor cores over the same data, and checked against the reference. Also the GPU timing hook
  * of `tilejit model`.
  *
- * Timing (docs/kernels.md, GPU verification in docs/gpu-verification.md): a warm-up, then samples of one full rotation over R input/output/weight
+ * Timing (docs/kernels.md): a warm-up, then samples of one full rotation over R input/output/weight
  * sets each (R chosen so a rotation's data is ≥ 3× the L2, the H200's is 60 MB, capped at 32),
  * until the samples cover ≥ --min-time seconds (0.2 s) and at least 10 samples; the median
  * sample divided by R is the time per call. Each rotation is captured once as a CUDA graph and
@@ -65,7 +65,7 @@ static int cmpd(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* Captures one rotation of fn into a graph (CUDA graph replay hides launch gaps, METHOD.md);
+/* Captures one rotation of fn into a graph (CUDA graph replay hides launch gaps, docs/kernels.md);
  * NULL with a note on the report stream when capture is not possible (timing then uses plain launches). */
 static CUgraphExec capture(gpu *g, launch_fn fn, void *user, int rot, char *err, size_t errlen)
 {

@@ -1,4 +1,4 @@
-/* Stage 1 of the pipeline: pattern JSON (DESIGN.md §2) → tj_pattern, with Jansson.
+/* Stage 1 of the pipeline: pattern JSON (docs/formats.md) → tj_pattern, with Jansson.
  * Every layer is validated (validate.c) as it is read; names are checked for uniqueness. */
 #include <errno.h>
 #include <jansson.h>

@@ -1,4 +1,4 @@
-/* Stage 2: the rules of DESIGN.md §2 on one layer, whoever built it (parser, pruner, bench
+/* Stage 2: the rules of docs/formats.md on one layer, whoever built it (parser, pruner, bench
  * generator), plus the canonical pattern hash. Linear in the size of the pattern. */
 #include <stdarg.h>
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* One-shot tile-wise pruning (PAPER.md): element scores → column scores (tw2) → tile-row scores
+/* One-shot tile-wise pruning (docs/pruning.md): element scores → column scores (tw2) → tile-row scores
  * → one global threshold each, found by weighted selection (expected linear time, no sort) →
  * tiles; tew then adds back the best removed weights, found by a two-pass radix select over
  * their scores. Memory: the scores of tile-rows and columns, never a copy of the weights. */

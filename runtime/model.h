@@ -89,7 +89,7 @@ tj_status tj_context_set_error(const tj_context *c, const tj_error *err);
 /* Appends a verbose note (when opt.verbose) to the context log. */
 void tj_context_note(tj_context *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* The yardstick (reference.c): plain loops over DESIGN.md §1's semantics, fp32 accumulation.
+/* The yardstick (reference.c): plain loops over the semantics of docs/architecture.md, fp32 accumulation.
  * x: [m × k] fp32 row-major, y: [m × n] fp32 row-major, fully written. Needs no memory. */
 void tj_reference_linear(const tj_layer *l, const tj_layer_weights *w, const float *x, int64_t m,
                          float *y);
