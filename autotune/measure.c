@@ -3,6 +3,7 @@
  * (runtime/check.c). Parent side: run the child as a fresh process of the measuring helper
  * (tilejit-measure, autotune/measure_main.c) with a watchdog, so a crash or a hang costs one
  * record, never the sweep. */
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -244,6 +245,13 @@ const char *tj_tune_helper_path(void)
 {
     const char *e = getenv("TILEJIT_MEASURE_HELPER");
     if (e && *e) return e;
+    /* A library (or a test linking it statically) that lives in its build tree uses the helper
+     * built beside it, so an older installed one is never mixed with a newer build. */
+    Dl_info info;
+    size_t n = strlen(TJ_BUILD_ROOT);
+    if (dladdr((void *)tj_tune_helper_path, &info) && info.dli_fname && strncmp(info.dli_fname, TJ_BUILD_ROOT, n) == 0 &&
+        info.dli_fname[n] == '/')
+        return TJ_MEASURE_HELPER_BUILD;
     if (access(TJ_MEASURE_HELPER_INSTALLED, X_OK) == 0) return TJ_MEASURE_HELPER_INSTALLED;
     return TJ_MEASURE_HELPER_BUILD;
 }

@@ -10,6 +10,9 @@
  *
  * usage: backend_compile [PATTERN WEIGHTS] [--arch sm_90[,sm_80]] [--layer NAME] [--m 64]
  * Exits 0 when every step succeeded and the layer is within the bound, else 1 with a message. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* mkdtemp */
+#endif
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -128,8 +128,8 @@ TJ_API tj_status tj_tune_measure_layer(const char *pattern_path, const char *wei
                                        tj_error *err);
 
 /* The measuring helper a sweep starts per config (when tj_tune_opts.exe is NULL):
- * $TILEJIT_MEASURE_HELPER, else the installed libexec/tilejit/tilejit-measure, else the one in
- * the build tree. Borrowed, static. */
+ * $TILEJIT_MEASURE_HELPER; else, for a library still in its build tree, the helper built beside
+ * it; else the installed libexec/tilejit/tilejit-measure. Borrowed, static. */
 TJ_API const char *tj_tune_helper_path(void);
 
 /* ---- sweeps -------------------------------------------------------------------------------- */
