@@ -71,3 +71,21 @@ int bench_parse_double(FILE *errs, const char *cmd, const char *opt, const char 
     *out = v;
     return 0;
 }
+
+char *bench_read_config(FILE *errs, const char *cmd, const char *value)
+{
+    if (!value) return NULL;
+    const char *p = value;
+    while (*p == ' ' || *p == '\t' || *p == '\n') p++;
+    if (*p == '{') {
+        char *s = strdup(value);
+        if (!s) bench_fail(errs, cmd, "out of memory");
+        return s;
+    }
+    char *buf = NULL;
+    tj_error err;
+    tj_status s = tj_file_read(value, 0, &buf, NULL, &err);
+    if (s == TJ_ERR_OUT_OF_MEMORY) bench_fail(errs, cmd, "out of memory");
+    else if (s != TJ_OK) bench_fail(errs, cmd, "--config: '%s' is neither JSON text nor a readable file", value);
+    return buf;
+}

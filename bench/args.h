@@ -23,5 +23,8 @@ int bench_parse(FILE *errs, const char *cmd, int argc, char **argv, const bench_
                 int max_pos, int *npos);
 int bench_parse_int(FILE *errs, const char *cmd, const char *opt, const char *s, int64_t lo, int64_t hi, int64_t *out);
 int bench_parse_double(FILE *errs, const char *cmd, const char *opt, const char *s, double lo, double hi, double *out);
+/* A --config value: JSON text as given, or the content of the file it names (malloc'ed); NULL
+ * after a message. */
+char *bench_read_config(FILE *errs, const char *cmd, const char *value);
 
 #endif
