@@ -7,6 +7,7 @@
  *   tilejit/prune.h    pruning dense weights to a pattern, and pattern recovery from zeros
  *   tilejit/tune.h     tuning (sweeps, in-process measurement, logs, best configs)
  *   tilejit/bench.h    the clock, the reference check with its error bounds, timing a layer
+ *   tilejit/tensors.h  models and layers from in-memory tensors; pruning in-memory weights
  *
  * tilejit runs tile-wise (TW) sparse linear layers, Y = act(X · (W ⊙ mask)ᵀ + bias), with code
  * generated per layer and compiled at load time (LLVM ORC JIT on the host CPU, NVRTC on GPUs).
@@ -177,4 +178,5 @@ TJ_API tj_status tj_context_set_config(tj_context *c, const char *json, tj_error
 #include "tilejit/prune.h"
 #include "tilejit/tune.h"
 #include "tilejit/bench.h"
+#include "tilejit/tensors.h"
 #endif
