@@ -2,7 +2,7 @@
  * check, time in a child process (measure.c) → one JSON Lines record per measurement
  * (records.c) → merged logs and best-config lookup (db.c); search.c drives a sweep.
  *
- *   space ──► search (exhaustive | adaptive) ──► measure (child `tilejit __tune-measure`)
+ *   space ──► search (exhaustive | adaptive) ──► measure (helper tilejit-measure)
  *                 ▲                                   │
  *                 └──── db (resume, best so far) ◄── records (append-only JSON Lines)
  *
@@ -14,6 +14,8 @@
 #include <stdint.h>
 
 #include "tuning/tuning.h"
+
+/* The option, progress and summary types of measurement and search are public: tilejit/tune.h. */
 
 /* ---- search space (space.c) -------------------------------------------------------------- */
 
@@ -76,15 +78,6 @@ double tj_tune_model_cost(const tj_tune_space *s, const tj_tune_host *h, int64_t
 
 /* ---- measurement (measure.c) ------------------------------------------------------------- */
 
-typedef struct tj_tune_measure_opts {
-    double min_time_s;   /* keep timing until this much time is spent (default 0.2 s) */
-    int min_reps;        /* and at least this many calls (default 5) */
-    int max_reps;        /* at most (default 10000) */
-    double warmup_s;     /* warm-up time (default 0.05 s, at least one call) */
-    int threads;         /* backend threads (0: all cores) */
-    uint64_t seed;       /* fresh random data per measurement */
-    int perturb;         /* test hook: corrupt one output element before the check */
-} tj_tune_measure_opts;
 
 tj_tune_measure_opts tj_tune_measure_defaults(void);
 
@@ -98,12 +91,12 @@ tj_status tj_tune_measure_layer(const char *pattern_path, const char *weights_pa
                                 int64_t m, const tj_tune_measure_opts *o, tj_tune_record *r,
                                 tj_error *err);
 
-/* Parent side: runs `exe __tune-measure ...` as a fresh process (never fork() of a
+/* Parent side: runs the measuring helper (exe, or tj_tune_helper_path()) as a fresh process (never fork() of a
  * multithreaded JIT) with a watchdog. A child that is killed by a signal gives launch_error,
  * one that outlives timeout_s is killed and gives timeout. r->target and r->wl must be set;
  * the rest is filled from the child's answer. */
 typedef struct tj_tune_child {
-    const char *exe;          /* the tilejit executable */
+    const char *exe;          /* the measuring helper; NULL: tj_tune_helper_path() */
     const char *pattern_path, *weights_path, *layer;
     const char *backend;
     int64_t m;
@@ -116,64 +109,11 @@ tj_status tj_tune_measure_child(const tj_tune_child *c, tj_tune_record *r, tj_er
 
 /* ---- search (search.c) ------------------------------------------------------------------- */
 
-typedef enum tj_tune_strategy {
-    TJ_TUNE_AUTO = 0,     /* exhaustive up to 32 valid configs, else adaptive */
-    TJ_TUNE_EXHAUSTIVE,
-    TJ_TUNE_ADAPTIVE      /* model-ordered seeds + local search, at most max_fraction measured */
-} tj_tune_strategy;
 
-typedef struct tj_tune_progress {
-    int64_t done, total;      /* measurements (this shard), including resumed ones */
-    int64_t skipped;          /* of done: already in the log */
-    const char *layer;
-    int64_t m;
-    const char *config;       /* just measured */
-    tj_tune_status status;
-    double median;
-    int resumed;              /* this one came from the log */
-    const char *best_config;  /* best so far for this workload, or NULL */
-    double best_median;
-    double elapsed_s, eta_s;  /* eta_s < 0: unknown */
-} tj_tune_progress;
 
-typedef struct tj_tune_opts {
-    const char *exe;          /* the tilejit executable, for child measurements */
-    const char *pattern_path, *weights_path;
-    const char *backend;      /* "cpu", "cuda", "reference" */
-    const char *arch;         /* CUDA target arch ("sm_90"); NULL: cpu host */
-    const int64_t *ms;
-    int nms;
-    const char *log_path;
-    int shard, nshards;       /* 0 ≤ shard < nshards */
-    double budget_s;          /* whole sweep; 0: unlimited. Stops between measurements */
-    double timeout_s;         /* watchdog per config */
-    tj_tune_strategy strategy;
-    double max_fraction;      /* adaptive: at most this fraction of a workload's space (0.3) */
-    const char *configs_json; /* NULL: the built-in space; else a JSON array of configs */
-    const char *layer_filter; /* NULL, or only the layer with this name */
-    int confirm_top;          /* after a workload's search, its best few configs (3) ...     */
-    int confirm_rounds;       /* ... are measured again this many interleaved rounds (3; 0: off) */
-    tj_tune_measure_opts mo;
-    void (*progress)(void *user, const tj_tune_progress *p);
-    /* After each workload this shard searched: its best config (NULL if none ok) and how many
-     * configs the search looked at (measured now or found in the log). */
-    void (*workload_done)(void *user, const tj_tune_workload *w, const char *best_config, double best_median,
-                          int64_t looked_at, int64_t space);
-    void *progress_user;
-    int dry_run;              /* plan only: count what would be measured */
-} tj_tune_opts;
 
 tj_tune_opts tj_tune_opts_default(void);
 
-typedef struct tj_tune_summary {
-    int64_t workloads;        /* (layer, M) pairs of this shard */
-    int64_t space;            /* valid configs of the largest workload space */
-    int64_t measured;         /* new measurements made */
-    int64_t resumed;          /* skipped because the log had them */
-    int64_t failed;           /* new measurements with status != ok */
-    int budget_hit;           /* stopped by budget_s */
-    double seconds;
-} tj_tune_summary;
 
 tj_status tj_tune_run(const tj_tune_opts *o, tj_tune_summary *out, tj_error *err);
 

@@ -1,7 +1,9 @@
 /* The measuring protocol. Child side: load one layer under one config (build), check sampled
- * rows against tj_reference_linear on fresh random data, warm up, time until a minimum duration,
- * take the median. Parent side: run the child as a fresh `tilejit __tune-measure` process with
- * a watchdog, so a crash or a hang costs one record, never the sweep. */
+ * rows against the reference on fresh random data, then time, both through the one harness
+ * (runtime/check.c). Parent side: run the child as a fresh process of the measuring helper
+ * (tilejit-measure, autotune/measure_main.c) with a watchdog, so a crash or a hang costs one
+ * record, never the sweep. */
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -17,20 +19,16 @@
 #include "autotune/autotune.h"
 #include "runtime/model.h"
 #include "base/rng.h"
+#include "gen/emit_cuda.h"
+#include "tj_config.h"
 
 extern char **environ;
 
 tj_tune_measure_opts tj_tune_measure_defaults(void)
 {
-    tj_tune_measure_opts o = {.min_time_s = 0.2, .min_reps = 5, .max_reps = 10000, .warmup_s = 0.05,
+    tj_tune_measure_opts o = {.size = sizeof o, .min_time_s = 0.2, .min_reps = 5, .max_reps = 10000, .warmup_s = 0.05,
                               .threads = 0, .seed = 1, .perturb = 0};
     return o;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
 }
 
 /* Binds one layer's tensors like model.c does for a whole pattern. */
@@ -65,19 +63,32 @@ static tj_tune_status record_failure(tj_tune_record *r, tj_tune_status st, const
     return st;
 }
 
-/* Rows checked against the reference: all for small M, else the first and last 8 (edge blocks)
- * and 16 random ones. */
-static int64_t pick_rows(int64_t m, tj_rng *rng, int64_t *rows)
+/* One timed call of the harness's loop (tj_time_calls). */
+typedef struct timed_call {
+    tj_model *mdl;
+    const float *x;
+    float *y;
+    int64_t m;
+    const tj_layer *l;
+    tj_error err;
+} timed_call;
+
+static tj_status run_layer(tj_model *mdl, const float *x, float *y, int64_t m, const tj_layer *l, tj_error *err);
+
+static int timed_run(void *user)
 {
-    if (m <= 64) {
-        for (int64_t i = 0; i < m; i++) rows[i] = i;
-        return m;
-    }
-    int64_t n = 0;
-    for (int64_t i = 0; i < 8; i++) rows[n++] = i;
-    for (int64_t i = 0; i < 16; i++) rows[n++] = 8 + (int64_t)tj_rng_below(rng, (uint64_t)(m - 16));
-    for (int64_t i = m - 8; i < m; i++) rows[n++] = i;
-    return n;
+    timed_call *t = user;
+    return run_layer(t->mdl, t->x, t->y, t->m, t->l, &t->err) != TJ_OK;
+}
+
+/* The dtype the backend computes products in, which sets the check's bound. */
+static tj_dtype compute_dtype(tj_backend backend, const tj_layer *l, const char *config)
+{
+    if (backend != TJ_BACKEND_CUDA) return TJ_F32;
+    tj_cuda_config c = tj_cuda_config_default(l);
+    tj_error e;
+    if (config && tj_cuda_config_from_json(config, &c, &e) != TJ_OK) return TJ_F16;
+    return c.dtype;
 }
 
 static tj_status run_layer(tj_model *mdl, const float *x, float *y, int64_t m, const tj_layer *l, tj_error *err)
@@ -94,13 +105,13 @@ tj_status tj_tune_measure_layer(const char *pattern_path, const char *weights_pa
                                 tj_backend backend, const char *config, int64_t m,
                                 const tj_tune_measure_opts *o, tj_tune_record *r, tj_error *err)
 {
-    tj_tune_measure_opts mo = o ? *o : tj_tune_measure_defaults();
+    tj_tune_measure_opts mo = tj_tune_measure_defaults();
+    if (o && !tj_options_in(&mo, sizeof mo, o))
+        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "tj_tune_measure_opts: start from tj_tune_measure_defaults()");
     tj_pattern *pat = NULL;
     tj_st_file *st = NULL;
     tj_context *ctx = NULL;
-    float *x = NULL, *y = NULL, *xs = NULL, *yref = NULL, *ysub = NULL;
-    double *times = NULL;
-    int64_t *rows = NULL;
+    float *x = NULL, *y = NULL;
     int loaded = 0;
     tj_model mdl;
     memset(&mdl, 0, sizeof mdl);
@@ -151,12 +162,7 @@ tj_status tj_tune_measure_layer(const char *pattern_path, const char *weights_pa
     int64_t xn = m * l->k, yn = m * l->n;
     x = malloc((size_t)xn * sizeof *x);
     y = malloc((size_t)yn * sizeof *y);
-    rows = malloc(64 * sizeof *rows);
-    xs = malloc((size_t)(64 * l->k) * sizeof *xs);
-    yref = malloc((size_t)(64 * l->n) * sizeof *yref);
-    ysub = malloc((size_t)(64 * l->n) * sizeof *ysub);
-    times = malloc((size_t)(mo.max_reps > 0 ? mo.max_reps : 1) * sizeof *times);
-    if (!x || !y || !rows || !xs || !yref || !ysub || !times) {
+    if (!x || !y) {
         s = tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory for M = %lld", (long long)m);
         goto done;
     }
@@ -169,70 +175,51 @@ tj_status tj_tune_measure_layer(const char *pattern_path, const char *weights_pa
         goto done;
     }
     if (mo.perturb) y[yn / 2] += 1.0f + fabsf(y[yn / 2]);
-    int64_t nr = pick_rows(m, &rng, rows);
-    for (int64_t i = 0; i < nr; i++) {
-        memcpy(xs + i * l->k, x + rows[i] * l->k, (size_t)l->k * sizeof *x);
-        memcpy(ysub + i * l->n, y + rows[i] * l->n, (size_t)l->n * sizeof *y);
+    double rel = INFINITY;
+    if ((s = tj_model_check(&mdl, 0, x, y, m, tj_rng_next(&rng), &rel)) != TJ_OK) {
+        s = tj_fail(err, s, "out of memory checking M = %lld", (long long)m);
+        goto done;
     }
-    tj_reference_linear(l, &lw, xs, nr, yref);
-    double num = 0, den = 0;
-    int finite = 1;
-    for (int64_t i = 0; i < nr * l->n; i++) {
-        double d = (double)ysub[i] - yref[i];
-        finite &= isfinite(ysub[i]);
-        num += d * d;
-        den += (double)yref[i] * yref[i];
-    }
-    double rel = den > 0 ? sqrt(num / den) : sqrt(num);
-    if (!finite || !(rel <= 1e-4)) {
+    double bound = tj_check_bound(compute_dtype(backend, l, config));
+    if (!(rel <= bound)) {
         char msg[256];
         snprintf(msg, sizeof msg, "output differs from the reference: relative error %.3g over %lld sampled rows%s", rel,
-                 (long long)nr, finite ? "" : " (non-finite values)");
+                 (long long)(m <= 64 ? m : 32), isfinite(rel) ? "" : " (non-finite values)");
         record_failure(r, TJ_TUNE_WRONG_RESULT, msg);
         goto done;
     }
 
-    double tw = tj_now();
-    do {
-        if (run_layer(&mdl, x, y, m, l, &rerr) != TJ_OK) {
-            record_failure(r, TJ_TUNE_LAUNCH_ERROR, rerr.msg);
-            goto done;
-        }
-    } while (tj_now() - tw < mo.warmup_s);
-    int64_t reps = 0;
-    double total = 0;
-    while (reps < mo.max_reps && (reps < mo.min_reps || total < mo.min_time_s)) {
-        double a = tj_now();
-        if (run_layer(&mdl, x, y, m, l, &rerr) != TJ_OK) {
-            record_failure(r, TJ_TUNE_LAUNCH_ERROR, rerr.msg);
-            goto done;
-        }
-        times[reps] = tj_now() - a;
-        total += times[reps++];
-    }
     /* the record keeps the last TJ_TUNE_MAX_TIMES calls in order; the median uses them all */
-    int keep = reps < TJ_TUNE_MAX_TIMES ? (int)reps : TJ_TUNE_MAX_TIMES;
+    tj_time_options to = tj_time_options_default();
+    to.warmup_s = mo.warmup_s;
+    to.min_time_s = mo.min_time_s;
+    to.min_reps = mo.min_reps;
+    to.max_reps = mo.max_reps > 0 ? mo.max_reps : 1;
+    to.batch = 1;
+    timed_call tc = {.mdl = &mdl, .x = x, .y = y, .m = m, .l = l};
+    tj_timing tm;
     free(r->times);
-    r->times = malloc((size_t)(keep ? keep : 1) * sizeof *r->times);
+    r->times = malloc(TJ_TUNE_MAX_TIMES * sizeof *r->times);
     if (!r->times) {
         s = tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory");
         goto done;
     }
-    memcpy(r->times, times + reps - keep, (size_t)keep * sizeof *times);
-    r->ntimes = keep;
-    r->reps = reps;
-    qsort(times, (size_t)reps, sizeof *times, cmp_double);
-    r->median = reps % 2 ? times[reps / 2] : 0.5 * (times[reps / 2 - 1] + times[reps / 2]);
+    tj_status ts = tj_time_calls(timed_run, &tc, &to, &tm, r->times, TJ_TUNE_MAX_TIMES, &r->ntimes);
+    if (ts == TJ_ERR_INTERNAL) {
+        record_failure(r, TJ_TUNE_LAUNCH_ERROR, tc.err.msg);
+        goto done;
+    }
+    if (ts != TJ_OK) {
+        s = tj_fail(err, ts, "out of memory timing M = %lld", (long long)m);
+        goto done;
+    }
+    r->reps = tm.calls;
+    r->median = tm.median_s;
     r->status = TJ_TUNE_OK;
 done:
     if (loaded) mdl.ops->unload(&mdl);
     free(x);
     free(y);
-    free(xs);
-    free(yref);
-    free(ysub);
-    free(rows);
-    free(times);
     tj_context_destroy(ctx);
     tj_st_close(st);
     tj_pattern_destroy(pat);
@@ -254,8 +241,24 @@ static const char *signal_name(int sig)
     }
 }
 
+const char *tj_tune_helper_path(void)
+{
+    const char *e = getenv("TILEJIT_MEASURE_HELPER");
+    if (e && *e) return e;
+    /* A library (or a test linking it statically) that lives in its build tree uses the helper
+     * built beside it, so an older installed one is never mixed with a newer build. */
+    Dl_info info;
+    size_t n = strlen(TJ_BUILD_ROOT);
+    if (dladdr((void *)tj_tune_helper_path, &info) && info.dli_fname && strncmp(info.dli_fname, TJ_BUILD_ROOT, n) == 0 &&
+        info.dli_fname[n] == '/')
+        return TJ_MEASURE_HELPER_BUILD;
+    if (access(TJ_MEASURE_HELPER_INSTALLED, X_OK) == 0) return TJ_MEASURE_HELPER_INSTALLED;
+    return TJ_MEASURE_HELPER_BUILD;
+}
+
 tj_status tj_tune_measure_child(const tj_tune_child *c, tj_tune_record *r, tj_error *err)
 {
+    const char *exe = c->exe ? c->exe : tj_tune_helper_path();
     char mbuf[32], tbuf[32], rbuf[32], xbuf[32], wbuf[32], thbuf[32], sbuf[32];
     snprintf(mbuf, sizeof mbuf, "%lld", (long long)c->m);
     snprintf(tbuf, sizeof tbuf, "%.9g", c->mo.min_time_s);
@@ -264,7 +267,7 @@ tj_status tj_tune_measure_child(const tj_tune_child *c, tj_tune_record *r, tj_er
     snprintf(wbuf, sizeof wbuf, "%.9g", c->mo.warmup_s);
     snprintf(thbuf, sizeof thbuf, "%d", c->mo.threads);
     snprintf(sbuf, sizeof sbuf, "%llu", (unsigned long long)c->mo.seed);
-    char *argv[] = {(char *)c->exe, "__tune-measure", "--pattern", (char *)c->pattern_path, "--weights",
+    char *argv[] = {(char *)exe, "--pattern", (char *)c->pattern_path, "--weights",
                     (char *)c->weights_path, "--layer", (char *)c->layer, "--backend", (char *)c->backend,
                     "--m", mbuf, "--config", (char *)c->config, "--min-time", tbuf, "--min-reps", rbuf,
                     "--max-reps", xbuf, "--warmup", wbuf, "--threads", thbuf, "--seed", sbuf, NULL};
@@ -279,13 +282,13 @@ tj_status tj_tune_measure_child(const tj_tune_child *c, tj_tune_record *r, tj_er
     posix_spawnattr_setpgroup(&attr, 0); /* its own group: the watchdog kills all of it */
     posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
     pid_t pid;
-    int e = posix_spawn(&pid, c->exe, &fa, &attr, argv, environ);
+    int e = posix_spawn(&pid, exe, &fa, &attr, argv, environ);
     posix_spawn_file_actions_destroy(&fa);
     posix_spawnattr_destroy(&attr);
     close(fds[1]);
     if (e != 0) {
         close(fds[0]);
-        return tj_fail(err, TJ_ERR_IO, "cannot start the measuring process '%s': %s", c->exe, strerror(e));
+        return tj_fail(err, TJ_ERR_IO, "cannot start the measuring process '%s': %s", exe, strerror(e));
     }
     /* Read everything the child says until EOF or the deadline. */
     size_t cap = 4096, len = 0;

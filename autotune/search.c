@@ -26,6 +26,7 @@ tj_tune_opts tj_tune_opts_default(void)
 {
     tj_tune_opts o;
     memset(&o, 0, sizeof o);
+    o.size = sizeof o;
     o.backend = "cpu";
     o.nshards = 1;
     o.timeout_s = 60;
@@ -291,8 +292,12 @@ static int confirms(const tj_tune_opts *o, const tj_tune_space *sp, int exhausti
 tj_status tj_tune_run(const tj_tune_opts *o, tj_tune_summary *out, tj_error *err)
 {
     memset(out, 0, sizeof *out);
-    if (!o->pattern_path || !o->weights_path || !o->log_path || !o->exe || !o->nms)
-        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "tune: pattern, weights, log, executable and M values are required");
+    tj_tune_opts known = tj_tune_opts_default(); /* fields the caller's size covers, over defaults */
+    if (!o || !tj_options_in(&known, sizeof known, o))
+        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "tune: start the options from tj_tune_opts_default()");
+    o = &known;
+    if (!o->pattern_path || !o->weights_path || !o->log_path || !o->nms)
+        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "tune: pattern, weights, log and M values are required");
     if (o->nshards < 1 || o->shard < 0 || o->shard >= o->nshards)
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "tune: shard %d/%d is out of range", o->shard, o->nshards);
     sweep sw;

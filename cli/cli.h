@@ -1,4 +1,5 @@
-/* Shared pieces of the `tilejit` command: option parsing, error reporting, the command table. */
+/* Shared pieces of the `tilejit` command: option parsing, error reporting, the command table.
+ * The CLI uses the public API alone (tilejit.h and the headers under tilejit/; scripts/check-layers checks). */
 #ifndef TJ_CLI_H
 #define TJ_CLI_H
 
@@ -51,10 +52,8 @@ int cli_prune_wants_calibrated(int argc, char **argv);
 int cmd_prune_calibrated(int argc, char **argv);
 int cmd_pattern(int argc, char **argv);
 /* Per-layer density and FLOP reduction table plus totals (cmd_prune.c; prune and pattern). */
-struct tj_pattern;
-void cli_print_pattern_summary(const struct tj_pattern *p);
+void cli_print_pattern_summary(const tj_pattern *p);
 int cmd_model(int argc, char **argv);
 int cmd_tune(int argc, char **argv);
-int cmd_tune_measure(int argc, char **argv); /* hidden: one measurement, run by tune */
 
 #endif

@@ -1,5 +1,6 @@
 /* `tilejit bench`: dispatches on --backend to the CPU bench (bench_cpu.c, needs LLVM) or the GPU
- * bench (bench_cuda.c, needs the CUDA toolkit); each parses the rest of the options itself. */
+ * bench (tj_bench_cuda_main, bench/cuda.c in the library, needs the CUDA toolkit); each parses
+ * the rest of the options itself. */
 #include <stdio.h>
 #include <string.h>
 
@@ -7,9 +8,6 @@
 #include "tj_config.h"
 #if TJ_HAVE_LLVM
 #include "cli/bench_cpu.h"
-#endif
-#if TJ_HAVE_CUDA
-#include "cli/bench_cuda.h"
 #endif
 
 static const char *help =
@@ -42,11 +40,8 @@ int cmd_bench(int argc, char **argv)
 #endif
     }
     if (strcmp(backend, "cuda") == 0) {
-#if TJ_HAVE_CUDA
-        return bench_cuda(argc, argv);
-#else
+        if (tj_backend_built(TJ_BACKEND_CUDA)) return tj_bench_cuda_main(argc, argv, stdout, stderr);
         return cli_fail("bench", "the cuda backend is not built into this tilejit (configured without the CUDA toolkit)");
-#endif
     }
     return cli_fail("bench", "--backend: '%s' is not cpu or cuda", backend);
 }

@@ -4,15 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cli/cli.h"
-#include "gen/emit_cuda.h"
-#include "pattern/pattern.h"
-#include "tj_config.h"
-#if TJ_HAVE_CUDA
-#include "jit/nvrtc.h"
-#endif
 
 static const char *help =
     "usage: tilejit compile PATTERN [--arch sm_90[,sm_80...]] [--layer NAME] [--config JSON]\n"
@@ -28,38 +21,24 @@ static const char *help =
     "  --threads N     parallel compiles (default: one per core)\n"
     "Exits 1 if any layer fails to compile (the message holds NVRTC's log).\n";
 
-#if TJ_HAVE_CUDA
-static double now_s(void)
+static const char *cache_word(tj_cache_use u)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int parse_archs(const char *s, int *archs, int max)
-{
-    int n = 0;
-    while (*s) {
-        int v = 0, used = 0;
-        if (sscanf(s, "sm_%d%n", &v, &used) != 1 || v < 50 || v > 200 || n >= max) return -1;
-        archs[n++] = v;
-        s += used;
-        if (*s == ',') s++;
-        else if (*s) return -1;
-    }
-    return n;
-}
-
-static const char *cache_word(tj_cache_result r)
-{
-    switch (r) {
-    case TJ_CACHE_HIT: return "hit";
-    case TJ_CACHE_MISS: return "miss";
-    case TJ_CACHE_DISCARDED: return "rebuilt";
+    switch (u) {
+    case TJ_CACHE_USE_HIT: return "hit";
+    case TJ_CACHE_USE_MISS: return "miss";
+    case TJ_CACHE_USE_REBUILT: return "rebuilt";
     default: return "off";
     }
 }
-#endif
+
+static void print_warnings(const char *w)
+{
+    while (w && *w) {
+        size_t n = strcspn(w, "\n");
+        fprintf(stderr, "tilejit compile: warning: %.*s\n", (int)n, w);
+        w += n + (w[n] == '\n');
+    }
+}
 
 int cmd_compile(int argc, char **argv)
 {
@@ -71,12 +50,10 @@ int cmd_compile(int argc, char **argv)
     if (r == 2) { fputs(help, stdout); return 0; }
     if (r) return 1;
     if (npos != 1) return cli_fail("compile", "expected one PATTERN file (see --help)");
-#if !TJ_HAVE_CUDA
-    (void)arch; (void)layer; (void)config; (void)threads_s;
-    return cli_fail("compile", "this build has no NVRTC (CUDA toolkit not found at configure time)");
-#else
+    if (!tj_backend_built(TJ_BACKEND_CUDA))
+        return cli_fail("compile", "this build has no NVRTC (CUDA toolkit not found at configure time)");
     int archs[8];
-    int narch = parse_archs(arch, archs, 8);
+    int narch = tj_arch_parse(arch, archs, 8);
     if (narch <= 0) return cli_fail("compile", "--arch: '%s' is not a list like sm_80,sm_90", arch);
     int64_t threads = 0;
     if (threads_s && cli_parse_int("compile", "threads", threads_s, 1, 64, &threads)) return 1;
@@ -85,101 +62,55 @@ int cmd_compile(int argc, char **argv)
 
     tj_error err;
     tj_pattern *p = NULL;
-    tj_cache *cache = NULL;
-    tj_nvrtc_job *jobs = NULL;
-    tj_cuda_config *cfgs = NULL;
-    char **sources = NULL;
-    int64_t nl = 0, njobs = 0;
+    tj_compile_report *rep = NULL;
     int rc = 1;
     if (tj_pattern_load(pos[0], &p, &err) != TJ_OK) { cli_fail("compile", "%s", err.msg); goto done; }
-    sources = calloc((size_t)p->nlayers + 1, sizeof *sources);
-    cfgs = calloc((size_t)p->nlayers + 1, sizeof *cfgs);
-    jobs = calloc((size_t)(p->nlayers * narch) + 1, sizeof *jobs);
-    if (!sources || !cfgs || !jobs) { cli_fail("compile", "out of memory"); goto done; }
-    if (tj_cache_open(NULL, &cache, &err) != TJ_OK) { cli_fail("compile", "%s", err.msg); goto done; }
-    char *warning = tj_cache_take_warning(cache);
-    if (warning) fprintf(stderr, "tilejit compile: warning: %s\n", warning);
-    free(warning);
-
-    double t0 = now_s();
-    for (int64_t i = 0; i < p->nlayers; i++) {
-        const tj_layer *l = &p->layers[i];
-        if (layer && strcmp(l->name, layer) != 0) continue;
-        cfgs[nl] = tj_cuda_config_default(l);
-        if (cfg_text && tj_cuda_config_from_json(cfg_text, &cfgs[nl], &err) != TJ_OK) { cli_fail("compile", "%s", err.msg); goto done; }
-        if (tj_cuda_emit(l, &cfgs[nl], &sources[nl], &err) != TJ_OK) { cli_fail("compile", "%s", err.msg); goto done; }
-        for (int a = 0; a < narch; a++) {
-            if (tj_cuda_smem_bytes(&cfgs[nl]) > tj_cuda_arch_smem_limit(archs[a])) {
-                cli_fail("compile", "layer '%s': config needs %lld bytes of shared memory, sm_%d allows %lld", l->name,
-                         (long long)tj_cuda_smem_bytes(&cfgs[nl]), archs[a], (long long)tj_cuda_arch_smem_limit(archs[a]));
-                goto done;
-            }
-            jobs[njobs].source = sources[nl];
-            jobs[njobs].label = l->name;
-            jobs[njobs].sm = archs[a];
-            njobs++;
-        }
-        nl++;
-    }
-    if (layer && nl == 0) { cli_fail("compile", "%s: no layer named '%s'", pos[0], layer); goto done; }
-    double t_gen = now_s() - t0;
-    tj_status st = tj_nvrtc_compile_all(cache, jobs, njobs, (int)threads, &err);
-    double wall = now_s() - t0;
+    if (layer && !tj_pattern_find(p, layer)) { cli_fail("compile", "%s: no layer named '%s'", pos[0], layer); goto done; }
+    tj_compile_options co = tj_compile_options_default();
+    co.archs = archs;
+    co.narchs = narch;
+    co.layer = layer;
+    co.config_json = cfg_text;
+    co.threads = (int)threads;
+    tj_status st = tj_compile_pattern(p, &co, &rep, &err);
+    if (!rep) { cli_fail("compile", "%s", err.msg); goto done; }
+    /* the cache's warnings: any from opening it first (as before compiling), then the rest */
+    print_warnings(rep->warnings);
 
     printf("%-44s %11s %6s %8s %7s %5s %7s %7s %7s\n", "layer", "n x k", "arch", "seconds", "cache", "regs",
            "smem", "dynsmem", "spill");
     int64_t hits = 0, misses = 0, spills = 0, failed = 0;
     double sum = 0;
-    for (int64_t j = 0; j < njobs; j++) {
-        const tj_nvrtc_job *jb = &jobs[j];
-        const tj_layer *l = NULL;
-        for (int64_t i = 0; i < p->nlayers && !l; i++)
-            if (p->layers[i].name == jb->label) l = &p->layers[i];
+    for (int64_t j = 0; j < rep->count; j++) {
+        const tj_compiled *k = &rep->kernels[j];
         char shape[32];
-        snprintf(shape, sizeof shape, "%lldx%lld", (long long)l->n, (long long)l->k);
-        if (jb->status != TJ_OK) {
-            printf("%-44s %11s sm_%-3d  FAILED\n", jb->label, shape, jb->sm);
+        snprintf(shape, sizeof shape, "%lldx%lld", (long long)k->n, (long long)k->k);
+        if (k->status != TJ_OK) {
+            printf("%-44s %11s sm_%-3d  FAILED\n", k->layer, shape, k->sm);
             failed++;
             continue;
         }
-        const tj_kernel_resources *kr = NULL;
-        for (int k = 0; k < jb->result.nkernels; k++)
-            if (strcmp(jb->result.kernels[k].name, "tj_tiles") == 0) kr = &jb->result.kernels[k];
-        const tj_cuda_config *cfg = &cfgs[j / narch];
-        printf("%-44s %11s sm_%-3d %8.3f %7s %5d %7lld %7lld %7lld\n", jb->label, shape, jb->sm, jb->result.seconds,
-               cache_word(jb->result.cache), kr ? kr->registers : -1, kr ? (long long)kr->smem_static : -1LL,
-               (long long)tj_cuda_smem_bytes(cfg), (long long)jb->result.spill_bytes);
-        hits += jb->result.cache == TJ_CACHE_HIT;
-        misses += jb->result.cache != TJ_CACHE_HIT;
-        spills += jb->result.spill_bytes;
-        sum += jb->result.seconds;
+        printf("%-44s %11s sm_%-3d %8.3f %7s %5d %7lld %7lld %7lld\n", k->layer, shape, k->sm, k->seconds,
+               cache_word(k->cache), k->registers, (long long)k->smem_static, (long long)k->smem_dynamic,
+               (long long)k->spill_bytes);
+        hits += k->cache == TJ_CACHE_USE_HIT;
+        misses += k->cache != TJ_CACHE_USE_HIT;
+        spills += k->spill_bytes;
+        sum += k->seconds;
     }
     printf("total: %lld kernels (%lld layers x %d archs), %.3f s wall (%.3f s generating), %.3f s summed over "
            "compiles, %lld cache hits, %lld compiled, %lld spill bytes, %lld failed\n",
-           (long long)njobs, (long long)nl, narch, wall, t_gen, sum, (long long)hits, (long long)misses, (long long)spills,
-           (long long)failed);
-    warning = tj_cache_take_warning(cache);
-    if (warning) fprintf(stderr, "tilejit compile: warning: %s\n", warning);
-    free(warning);
+           (long long)rep->count, (long long)rep->layers, narch, rep->wall_s, rep->gen_s, sum, (long long)hits,
+           (long long)misses, (long long)spills, (long long)failed);
     fflush(stdout);
     if (st != TJ_OK) {
-        for (int64_t j = 0; j < njobs; j++)
-            if (jobs[j].status != TJ_OK) {
-                cli_fail("compile", "%s", jobs[j].error.msg);
-                break;
-            }
+        cli_fail("compile", "%s", err.msg);
         goto done;
     }
     rc = 0;
 done:
-    for (int64_t j = 0; jobs && j < njobs; j++) tj_cubin_free(&jobs[j].result);
-    for (int64_t i = 0; sources && i < nl; i++) free(sources[i]);
-    free(sources);
-    free(cfgs);
-    free(jobs);
+    tj_compile_report_destroy(rep);
     free(cfg_text);
-    tj_cache_close(cache);
     tj_pattern_destroy(p);
     return rc;
-#endif
 }

@@ -5,12 +5,6 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "gen/emit_cuda.h"
-#include "pattern/pattern.h"
-#include "tj_config.h"
-#if TJ_HAVE_LLVM
-#include "gen/emit_llvm.h"
-#endif
 
 static const char *help =
     "usage: tilejit gen PATTERN --layer NAME --target cuda|cpu [--config JSON] [-o FILE]\n\n"
@@ -32,27 +26,11 @@ char *cli_read_config(const char *cmd, const char *value)
     const char *p = value;
     while (*p == ' ' || *p == '\t' || *p == '\n') p++;
     if (*p == '{') return strdup(value);
-    FILE *f = fopen(value, "rb");
-    if (!f) {
-        cli_fail(cmd, "--config: '%s' is neither JSON text nor a readable file", value);
-        return NULL;
-    }
     char *buf = NULL;
-    size_t len = 0, cap = 0, n;
-    char chunk[4096];
-    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) {
-        if (len + n + 1 > cap) {
-            cap = (len + n + 1) * 2;
-            char *nb = realloc(buf, cap);
-            if (!nb) { free(buf); fclose(f); cli_fail(cmd, "out of memory"); return NULL; }
-            buf = nb;
-        }
-        memcpy(buf + len, chunk, n);
-        len += n;
-    }
-    fclose(f);
-    if (!buf) buf = calloc(1, 1);
-    else buf[len] = '\0';
+    tj_error err;
+    tj_status s = tj_file_read(value, 0, &buf, NULL, &err);
+    if (s == TJ_ERR_OUT_OF_MEMORY) cli_fail(cmd, "out of memory");
+    else if (s != TJ_OK) cli_fail(cmd, "--config: '%s' is neither JSON text nor a readable file", value);
     return buf;
 }
 
@@ -70,9 +48,8 @@ int cmd_gen(int argc, char **argv)
     if (!target) return cli_fail("gen", "--target cuda|cpu is required");
     int cuda = strcmp(target, "cuda") == 0;
     if (!cuda && strcmp(target, "cpu") != 0) return cli_fail("gen", "--target: '%s' is not cuda or cpu", target);
-#if !TJ_HAVE_LLVM
-    if (!cuda) return cli_fail("gen", "--target cpu: this build has no LLVM backend (configure with -Dllvm=enabled)");
-#endif
+    if (!cuda && !tj_backend_built(TJ_BACKEND_CPU))
+        return cli_fail("gen", "--target cpu: this build has no LLVM backend (configure with -Dllvm=enabled)");
     char *cfg_text = NULL;
     if (config && !(cfg_text = cli_read_config("gen", config))) return 1;
 
@@ -81,18 +58,11 @@ int cmd_gen(int argc, char **argv)
     char *src = NULL;
     int rc = 1;
     if (tj_pattern_load(pos[0], &p, &err) != TJ_OK) { cli_fail("gen", "%s", err.msg); goto done; }
-    const tj_layer *l = NULL;
-    for (int64_t i = 0; i < p->nlayers; i++)
-        if (strcmp(p->layers[i].name, layer) == 0) l = &p->layers[i];
+    const tj_layer *l = tj_pattern_find(p, layer);
     if (!l) { cli_fail("gen", "%s: no layer named '%s'", pos[0], layer); goto done; }
-    if (cuda) {
-        tj_cuda_config c = tj_cuda_config_default(l);
-        if (cfg_text && tj_cuda_config_from_json(cfg_text, &c, &err) != TJ_OK) { cli_fail("gen", "%s", err.msg); goto done; }
-        if (tj_cuda_emit(l, &c, &src, &err) != TJ_OK) { cli_fail("gen", "%s", err.msg); goto done; }
-    } else {
-#if TJ_HAVE_LLVM
-        if (tj_cpu_emit_ir_text(l, cfg_text, &src, &err) != TJ_OK) { cli_fail("gen", "%s", err.msg); goto done; }
-#endif
+    if (tj_gen_source(l, cuda ? TJ_TARGET_CUDA : TJ_TARGET_CPU, cfg_text, &src, &err) != TJ_OK) {
+        cli_fail("gen", "%s", err.msg);
+        goto done;
     }
     FILE *f = output ? fopen(output, "wb") : stdout;
     if (!f) { cli_fail("gen", "cannot write '%s'", output); goto done; }

@@ -3,8 +3,6 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "pattern/pattern.h"
-#include "base/safetensors.h"
 
 static const char *help =
     "usage: tilejit inspect PATTERN [--weights W.safetensors]\n\n"

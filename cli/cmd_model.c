@@ -10,21 +10,17 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
-#include "runtime/model.h"
-#include "base/rng.h"
-#include "base/safetensors.h"
+#include "runtime/model.h" /* pending: the per-M config printout (ops->config_at) */
+#include "base/dtype.h"
 #include "tj_config.h"
 #if TJ_HAVE_LLVM
 #include "bench/dense_cpu.h"
 #endif
 
-/* The GPU hook. The CUDA runtime work provides it in its own cli/ file: time layer `layer` of a
- * model loaded on the cuda backend with device-resident X [M × k] / Y (tilejit, seconds per call,
- * median) and cuBLAS on the same dense shape (fp16 in, fp32 accumulate). Returns 0 on success;
- * nonzero (message in err) to fall back to host tensors through staging copies and no dense
- * column. Declared weak: absent until that code lands. */
-int tj_cli_cuda_time_layer(tj_model *m, int64_t layer, int64_t M, double min_time, double *tilejit_s,
-                           double *dense_s, char *err, size_t errlen) __attribute__((weak));
+/* The GPU timing comes from tj_bench_cuda_time_layer (tilejit/bench.h): device-resident X [M × k]
+ * / Y (tilejit, seconds per call, median) and cuBLAS on the same dense shape (fp16 in, fp32
+ * accumulate). When it fails (no CUDA in the build, no cuBLAS), host tensors through staging
+ * copies and no dense column. */
 
 static const char *help =
     "usage: tilejit model PATTERN --weights W.safetensors [--backend auto|cpu|cuda|reference]\n"
@@ -108,51 +104,34 @@ static int run_dense(timed *t)
 }
 #endif
 
-static int cmp_double(const void *a, const void *b)
+/* Uniform in [-1, 1) from a splitmix64 stream: the random X of every layer. */
+static float uniform(uint64_t *s)
 {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return (float)((z >> 40) * (2.0 / 16777216.0) - 1.0);
 }
 
-/* TVM-style measuring loop: one warm-up call that also sizes the inner loop, then repeats of
- * `number` calls (each about min_time / 10) until at least 5 repeats and min_time seconds.
+static int run_tilejit_fn(void *t) { return run_tilejit(t); }
+#if TJ_HAVE_LLVM
+static int run_dense_fn(void *t) { return run_dense(t); }
+#endif
+
+/* The harness's timing loop (tj_time_calls): two warm-up calls size a batch of calls taking
+ * about min_time / 10, then at least 5 samples and min_time seconds (at most 200 samples).
  * Returns the median seconds per call, or -1 if a call failed. */
-static double measure(int (*fn)(timed *), timed *t, double min_time)
+static double measure(tj_timed_fn fn, timed *t, double min_time)
 {
-    enum { MAX_REPEATS = 200 };
-    double t0 = tj_now();
-    if (fn(t)) return -1;
-    double est = tj_now() - t0;
-    t0 = tj_now();
-    if (fn(t)) return -1; /* second warm-up: the first may pay page faults and lazy setup */
-    est = fmin(est, tj_now() - t0);
-    double per = min_time / 10;
-    int64_t number = est > 0 ? (int64_t)ceil(per / est) : 1000;
-    if (number < 1) number = 1;
-    if (number > 1000000) number = 1000000;
-    double samples[MAX_REPEATS];
-    int r = 0;
-    double start = tj_now();
-    while (r < MAX_REPEATS && (r < 5 || tj_now() - start < min_time)) {
-        double s = tj_now();
-        for (int64_t i = 0; i < number; i++)
-            if (fn(t)) return -1;
-        samples[r++] = (tj_now() - s) / (double)number;
-    }
-    qsort(samples, (size_t)r, sizeof *samples, cmp_double);
-    return r % 2 ? samples[r / 2] : 0.5 * (samples[r / 2 - 1] + samples[r / 2]);
-}
-
-static double relerr(const float *a, const float *b, int64_t n)
-{
-    double num = 0, den = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double d = (double)a[i] - (double)b[i];
-        if (!isfinite(a[i])) return INFINITY; /* poisoned (unwritten) or non-finite output */
-        num += d * d;
-        den += (double)b[i] * (double)b[i];
-    }
-    return den > 0 ? sqrt(num / den) : sqrt(num);
+    tj_time_options o = tj_time_options_default();
+    o.warmup_s = 0;
+    o.min_time_s = min_time;
+    o.min_reps = 5;
+    o.max_reps = 200;
+    o.batch = 0;
+    tj_timing tm;
+    return tj_time_calls(fn, t, &o, &tm, NULL, 0, NULL) == TJ_OK ? tm.median_s : -1;
 }
 
 /* Removes a temporary cache directory tree (two levels are enough for the kernel cache, but
@@ -241,7 +220,7 @@ int cmd_model(int argc, char **argv)
     if (verbose) fputs(tj_context_log(ctx), stderr);
 
     const int gpu = be == TJ_BACKEND_CUDA;
-    const double bound = gpu ? 2e-3 : 1e-5;
+    const double bound = tj_check_bound(gpu ? TJ_F16 : TJ_F32); /* the GPU path computes in fp16 */
     int64_t nl = tj_model_layer_count(model), maxk = 1, maxn = 1;
     for (int64_t i = 0; i < nl; i++) {
         tj_layer_info li;
@@ -267,13 +246,13 @@ int cmd_model(int argc, char **argv)
     printf("%-44s %6s %6s %8s %10s %10s %10s %8s%s\n", "layer", "n", "k", "density", "rel.err", "tilejit ms",
            "dense ms", "speedup", ref ? "  cos.dense" : "");
 
-    tj_rng rng = {0x5eed0f7173ull};
+    uint64_t rng = 0x5eed0f7173ull;
     double tot_tj = 0, tot_dense = 0, tot_kept = 0, tot_w = 0;
     int bad = 0, have_dense = 1, staged = 0;
     for (int64_t i = 0; i < nl; i++) {
         tj_layer_info li;
         tj_model_layer_info(model, i, &li);
-        for (int64_t j = 0; j < M * li.k; j++) x[j] = tj_rng_uniform(&rng);
+        for (int64_t j = 0; j < M * li.k; j++) x[j] = uniform(&rng);
         for (int64_t j = 0; j < M * li.n; j++) y[j] = NAN; /* poison: unwritten outputs show */
         int64_t xs[2] = {M, li.k}, ys[2] = {M, li.n};
         DLTensor xt = {.data = x, .device = {kDLCPU, 0}, .ndim = 2, .shape = xs, .dtype = {kDLFloat, 32, 1}};
@@ -282,27 +261,27 @@ int cmd_model(int argc, char **argv)
             cli_fail("model", "%s", tj_context_error(ctx));
             goto done;
         }
-        tj_reference_linear(&model->pattern->layers[i], &model->lw[i], x, M, yref);
-        double e = relerr(y, yref, M * li.n);
+        tj_model_reference(model, i, x, M, yref);
+        double e = tj_rel_error(y, yref, M * li.n);
         double agree = ref ? dense_agreement(ref, &li, x, M, y, &agree_dot, &agree_yy, &agree_dd) : NAN;
         if (agree < agree_min) agree_min = agree;
         if (!(e <= bound)) bad++;
 
         double t_tj = -1, t_dense = -1;
         timed t = {.model = model, .layer = i, .x = &xt, .y = &yt, .m = M, .n = li.n, .k = li.k};
-        char herr[512] = "";
-        if (gpu && tj_cli_cuda_time_layer &&
-            tj_cli_cuda_time_layer(model, i, M, min_time, &t_tj, &t_dense, herr, sizeof herr) == 0) {
+        tj_error hook;
+        hook.msg[0] = '\0';
+        const char *herr = hook.msg;
+        if (gpu && tj_bench_cuda_time_layer(model, i, M, min_time, &t_tj, &t_dense, &hook) == TJ_OK) {
             /* device-resident timing from the CUDA runtime's hook */
         } else {
             if (gpu && !staged && herr[0]) fprintf(stderr, "tilejit model: GPU timing hook: %s; timing through staging copies\n", herr);
             if (gpu) staged = 1;
-            t_tj = measure(run_tilejit, &t, min_time);
+            t_tj = measure(run_tilejit_fn, &t, min_time);
             if (t.failed) { cli_fail("model", "%s", tj_context_error(ctx)); goto done; }
 #if TJ_HAVE_LLVM
             if (!gpu) { /* the fastest fp32 dense baseline of this shape */
-                const tj_layer_weights *w = &model->lw[i];
-                for (int64_t j = 0; j < li.n * li.k; j++) wf[j] = tj_load_f32(w->w, w->wdt, j);
+                tj_model_dense_weights(model, i, wf);
                 static const tj_dense_kind kinds[2] = {TJ_DENSE_ONEDNN_F32, TJ_DENSE_OPENBLAS};
                 int win = -1;
                 for (int kd = 0; kd < 2; kd++) {
@@ -310,7 +289,7 @@ int cmd_model(int argc, char **argv)
                     if (tj_dense_create(kinds[kd], x, wf, yd, M, li.n, li.k, nthreads, &dense_cur, &derr) != TJ_OK)
                         continue;
                     snprintf(dname[kd], sizeof dname[kd], "%s", tj_dense_name(dense_cur));
-                    double td = measure(run_dense, &t, min_time);
+                    double td = measure(run_dense_fn, &t, min_time);
                     if (td > 0 && (t_dense < 0 || td < t_dense)) {
                         t_dense = td;
                         win = kd;

@@ -3,7 +3,6 @@
 #include <stdlib.h>
 
 #include "cli/cli.h"
-#include "prune/prune.h"
 
 static const char *help =
     "usage: tilejit pattern --weights PRUNED.safetensors [--g 128] [--layers REGEX] -o PATTERN\n\n"

@@ -4,10 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cli/cli.h"
-#include "prune/prune.h"
 
 static const char *help =
     "usage: tilejit prune --weights W.safetensors --sparsity S [--g 128] [--mode tw1|tw2|tew] [--ew F]\n"
@@ -53,11 +51,12 @@ static const char *help =
     "A tile-row's score is the L2 norm of its weights' scores divided by its length (a column's\n"
     "likewise over k). Prints each layer's density and FLOP reduction, and the totals.\n";
 
-static double now_s(void)
+/* Prepends "prefix: " to err's message. */
+static void error_prefix(tj_error *err, const char *prefix)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    char msg[TJ_ERROR_MSG_MAX];
+    snprintf(msg, sizeof msg, "%s: %.4000s", prefix, err->msg);
+    memcpy(err->msg, msg, sizeof msg);
 }
 
 void cli_print_pattern_summary(const tj_pattern *p)
@@ -126,7 +125,7 @@ int cmd_prune(int argc, char **argv)
         return cli_fail("prune", "--sparsity %g plus --ew %g must stay below 1 (tew prunes tile-wise at S + F)",
                         opt.sparsity, opt.ew_fraction);
 
-    double t0 = now_s();
+    double t0 = tj_now();
     tj_error err = {0};
     tj_st_file *wf = NULL, *sf = NULL;
     tj_prune_layer_in *in = NULL;
@@ -135,15 +134,15 @@ int cmd_prune(int argc, char **argv)
     int rc = 1;
     if (tj_st_open(weights, &wf, &err) != TJ_OK) goto fail;
     if (scores && tj_st_open(scores, &sf, &err) != TJ_OK) {
-        tj_error_prefix(&err, "--scores");
+        error_prefix(&err, "--scores");
         goto fail;
     }
     if (tj_prune_select(wf, layers, sf, &in, &nl, &err) != TJ_OK) goto fail;
     if (tj_prune_layers(in, nl, &opt, &p, &err) != TJ_OK) goto fail;
-    double t1 = now_s();
+    double t1 = tj_now();
     if (tj_pattern_save(p, out, &err) != TJ_OK) goto fail;
     if (pruned && tj_prune_write_weights(wf, p, pruned, &err) != TJ_OK) goto fail;
-    double t2 = now_s();
+    double t2 = tj_now();
     cli_print_pattern_summary(p);
     printf("mode %s, sparsity %g, g %lld", tj_prune_mode_name(opt.mode), opt.sparsity, (long long)opt.g);
     if (opt.mode == TJ_PRUNE_TEW) printf(" over %s, ew %g", tj_prune_mode_name(opt.tew_base), opt.ew_fraction);

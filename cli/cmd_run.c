@@ -4,8 +4,6 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "runtime/model.h"
-#include "base/npy.h"
 
 static const char *help =
     "usage: tilejit run PATTERN --weights W.safetensors --layer NAME --input X.npy --output Y.npy\n"

@@ -1,18 +1,14 @@
-/* `tilejit tune`: sweep configs per layer and M into a JSON Lines log (autotune/), `tune --best`
- * to merge logs and show the choice, and the hidden `__tune-measure` the sweep runs per config. */
+/* `tilejit tune`: sweep configs per layer and M into a JSON Lines log (tj_tune_run, which starts
+ * the library's measuring helper per config), and `tune --best` to merge logs and show the
+ * choice. Public API only (tilejit/tune.h). */
 #include <inttypes.h>
 #include <math.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include <jansson.h>
-
-#include "autotune/autotune.h"
 #include "cli/cli.h"
-#include "runtime/model.h"
 
 static const char *help =
     "usage: tilejit tune PATTERN --weights W.safetensors --log FILE [--backend cpu|cuda|reference]\n"
@@ -174,23 +170,6 @@ static int parse_ms(const char *s, int64_t *ms, int max, int *n)
     return *n ? 0 : cli_fail("tune", "--m: empty list");
 }
 
-static char *read_file(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
-        free(b);
-        b = NULL;
-    }
-    if (b) b[n] = '\0';
-    fclose(f);
-    return b;
-}
-
 int cmd_tune(int argc, char **argv)
 {
     const char *weights = NULL, *backend = "cpu", *mlist = "1,128,512", *budget = NULL, *logp = NULL, *shard = NULL;
@@ -266,20 +245,15 @@ int cmd_tune(int argc, char **argv)
     else if (strcmp(search, "adaptive") == 0) o.strategy = TJ_TUNE_ADAPTIVE;
     else return cli_fail("tune", "--search: '%s' is not auto, exhaustive or adaptive", search);
     char *cfgtext = NULL;
-    if (configs && !(cfgtext = read_file(configs))) return cli_fail("tune", "%s: cannot read the configs file", configs);
+    tj_error rerr;
+    if (configs && tj_file_read(configs, 0, &cfgtext, NULL, &rerr) != TJ_OK)
+        return cli_fail("tune", "%s: cannot read the configs file", configs);
     o.configs_json = cfgtext;
     o.layer_filter = layer;
     o.pattern_path = pos[0];
     o.weights_path = weights;
     o.log_path = logp;
-    char exe[4096];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n <= 0) {
-        free(cfgtext);
-        return cli_fail("tune", "cannot find the tilejit executable (/proc/self/exe) to measure with");
-    }
-    exe[n] = '\0';
-    o.exe = exe;
+    o.exe = NULL; /* the library's measuring helper (tj_tune_helper_path) */
     progress pg = {isatty(1), verbose, 0};
     o.progress = on_progress;
     o.workload_done = on_workload;
@@ -298,96 +272,4 @@ int cmd_tune(int argc, char **argv)
            (long long)sum.resumed, logp, sum.seconds,
            sum.budget_hit ? "; budget reached: rerun the same command to continue" : "");
     return 0;
-}
-
-/* ---- the measuring child --------------------------------------------------------------- */
-
-/* Test hooks, honoured only here in the child: a config key "_inject" with "compile", "wrong",
- * "crash" or "hang" makes this config fail that way; TILEJIT_TUNE_FAKE_TIME=1 measures on the
- * reference backend and reports a deterministic time derived from the config (for tests of the
- * search and of sharding that must not depend on timing noise). */
-static char *strip_inject(const char *config, char *inject, size_t n)
-{
-    inject[0] = '\0';
-    json_t *o = json_loads(config, 0, NULL);
-    if (!json_is_object(o)) {
-        json_decref(o);
-        return strdup(config);
-    }
-    json_t *v = json_object_get(o, "_inject");
-    if (json_is_string(v)) snprintf(inject, n, "%s", json_string_value(v));
-    json_object_del(o, "_inject");
-    char *s = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
-    json_decref(o);
-    return s;
-}
-
-int cmd_tune_measure(int argc, char **argv)
-{
-    const char *pattern = NULL, *weights = NULL, *layer = NULL, *backend = "cpu", *mstr = NULL, *config = "{}";
-    const char *min_time = NULL, *min_reps = NULL, *max_reps = NULL, *warmup = NULL, *threads = NULL, *seed = NULL;
-    const char *pos[1];
-    int npos;
-    cli_opt opts[] = {{"pattern", 1, &pattern, NULL}, {"weights", 1, &weights, NULL}, {"layer", 1, &layer, NULL},
-                      {"backend", 1, &backend, NULL}, {"m", 1, &mstr, NULL}, {"config", 1, &config, NULL},
-                      {"min-time", 1, &min_time, NULL}, {"min-reps", 1, &min_reps, NULL},
-                      {"max-reps", 1, &max_reps, NULL}, {"warmup", 1, &warmup, NULL}, {"threads", 1, &threads, NULL},
-                      {"seed", 1, &seed, NULL}, {0}};
-    if (cli_parse("__tune-measure", argc, argv, opts, pos, 0, &npos)) return 1;
-    if (!pattern || !weights || !layer || !mstr) return cli_fail("__tune-measure", "--pattern, --weights, --layer and --m are required");
-    tj_tune_measure_opts mo = tj_tune_measure_defaults();
-    int64_t m, v;
-    double d;
-    if (cli_parse_int("__tune-measure", "m", mstr, 1, 1 << 24, &m)) return 1;
-    if (min_time && !cli_parse_double("__tune-measure", "min-time", min_time, 0, 60, &d)) mo.min_time_s = d;
-    if (warmup && !cli_parse_double("__tune-measure", "warmup", warmup, 0, 60, &d)) mo.warmup_s = d;
-    if (min_reps && !cli_parse_int("__tune-measure", "min-reps", min_reps, 1, 1 << 20, &v)) mo.min_reps = (int)v;
-    if (max_reps && !cli_parse_int("__tune-measure", "max-reps", max_reps, 1, 1 << 20, &v)) mo.max_reps = (int)v;
-    if (threads && !cli_parse_int("__tune-measure", "threads", threads, 0, 1024, &v)) mo.threads = (int)v;
-    if (seed && !cli_parse_int("__tune-measure", "seed", seed, 0, INT64_MAX, &v)) mo.seed = (uint64_t)v;
-    tj_backend b;
-    if (cli_parse_backend("__tune-measure", backend, &b)) return 1;
-    const char *fake = getenv("TILEJIT_TUNE_FAKE_TIME");
-    int faking = fake && *fake && strcmp(fake, "0") != 0;
-    if (faking) b = TJ_BACKEND_REFERENCE;
-
-    char inject[32];
-    char *cfg = strip_inject(config, inject, sizeof inject);
-    if (!cfg) return cli_fail("__tune-measure", "out of memory");
-    tj_tune_record r;
-    memset(&r, 0, sizeof r);
-    tj_error err;
-    tj_status s = TJ_OK;
-    if (strcmp(inject, "crash") == 0) {
-        signal(SIGSEGV, SIG_DFL);
-        raise(SIGSEGV);
-    } else if (strcmp(inject, "hang") == 0) {
-        for (;;) pause();
-    }
-    if (strcmp(inject, "compile") == 0) {
-        r.status = TJ_TUNE_COMPILE_ERROR;
-        r.median = INFINITY;
-        r.error = strdup("injected compile failure (_inject)");
-    } else {
-        mo.perturb = strcmp(inject, "wrong") == 0;
-        s = tj_tune_measure_layer(pattern, weights, layer, b, cfg, m, &mo, &r, &err);
-    }
-    if (s == TJ_OK && faking && r.status == TJ_TUNE_OK) {
-        uint64_t h = 0xcbf29ce484222325ull;
-        for (const char *p = cfg; *p; p++) h = (h ^ (unsigned char)*p) * 0x100000001b3ull;
-        h = (h ^ (uint64_t)m) * 0x100000001b3ull;
-        r.median = 1e-3 * (1.0 + (double)(h % 1000003) / 1000003.0);
-        for (int i = 0; i < r.ntimes; i++) r.times[i] = r.median;
-    }
-    free(cfg);
-    if (s != TJ_OK) {
-        tj_tune_record_free(&r);
-        return cli_fail("__tune-measure", "%s", err.msg);
-    }
-    char *out = tj_tune_result_to_json(&r);
-    tj_tune_record_free(&r);
-    if (!out) return cli_fail("__tune-measure", "out of memory");
-    printf("%s\n", out);
-    free(out);
-    return fflush(stdout) == 0 ? 0 : 1;
 }

@@ -17,7 +17,6 @@ static const tj_cmd commands[] = {
     {"pattern", "read the tile-wise pattern of pruned weights back from their zeros", cmd_pattern},
     {"model", "run every layer of a model: check against the reference, time against dense", cmd_model},
     {"tune", "search configs per layer and M into a JSON Lines log; --best merges logs", cmd_tune},
-    {"__tune-measure", "(internal) one measurement for tune, in a fresh process", cmd_tune_measure},
 };
 
 static void usage(FILE *f)

@@ -1,4 +1,13 @@
-/* tilejit.h — the one public header of tilejit.
+/* tilejit.h — the public API of tilejit: this umbrella holds the runtime (contexts, models,
+ * tj_linear) and includes every topic header under tilejit/ (docs/c-api.md is the guide):
+ *   tilejit/io.h       dtypes, safetensors and .npy files, the whole-file reader
+ *   tilejit/pattern.h  tile-wise patterns: read, validate, inspect, write, random layers
+ *   tilejit/gen.h      source generation for one layer and config (CUDA C, LLVM IR)
+ *   tilejit/compile.h  ahead-of-time compilation into the kernel cache for a named arch
+ *   tilejit/prune.h    pruning dense weights to a pattern, and pattern recovery from zeros
+ *   tilejit/tune.h     tuning (sweeps, in-process measurement, logs, best configs)
+ *   tilejit/bench.h    the clock, the reference check with its error bounds, timing a layer
+ *   tilejit/tensors.h  models and layers from in-memory tensors; pruning in-memory weights
  *
  * tilejit runs tile-wise (TW) sparse linear layers, Y = act(X · (W ⊙ mask)ᵀ + bias), with code
  * generated per layer and compiled at load time (LLVM ORC JIT on the host CPU, NVRTC on GPUs).
@@ -59,6 +68,14 @@ typedef enum tj_status {
     TJ_ERR_INTERNAL
 } tj_status;
 
+/* A caller-owned error of the calls that work without a context (files, patterns, generation,
+ * compilation, pruning, tuning): the status and one message naming file, layer, field, value. */
+#define TJ_ERROR_MSG_MAX 4096
+typedef struct tj_error {
+    tj_status status;
+    char msg[TJ_ERROR_MSG_MAX];
+} tj_error;
+
 typedef enum tj_backend {
     TJ_BACKEND_AUTO = 0,  /* CUDA if a usable GPU is present, else CPU if built, else reference */
     TJ_BACKEND_REFERENCE, /* plain loops: the yardstick every other backend is checked against */
@@ -72,8 +89,10 @@ typedef enum tj_activation {
     TJ_ACT_GELU /* exact erf form: x/2 · (1 + erf(x/√2)) */
 } tj_activation;
 
-/* Options of a context. Start from tj_options_default(): fields added later get defaults there. */
+/* Options of a context. Start from tj_options_default(), which sets `size`: fields added later
+ * go at the end, and the library reads only the first `size` bytes of a caller's struct. */
 typedef struct tj_options {
+    size_t size;            /* sizeof(tj_options) as the caller was compiled; set by tj_options_default */
     tj_backend backend;
     int threads;            /* CPU worker threads; 0: all cores */
     const char *cache_dir;  /* kernel cache; NULL: $TILEJIT_CACHE_DIR, $XDG_CACHE_HOME/tilejit, ~/.cache/tilejit */
@@ -104,44 +123,60 @@ enum {
     TJ_LAYOUT_FEATURE_MAJOR = 1  /* X [K × M], Y [N × M]: chains on the GPU without transposes */
 };
 
-const char *tj_version(void);
-const char *tj_status_string(tj_status s);
-const char *tj_backend_name(tj_backend b);
+TJ_API const char *tj_version(void);
+TJ_API const char *tj_status_string(tj_status s);
+TJ_API const char *tj_backend_name(tj_backend b);
 
-tj_options tj_options_default(void);
-tj_status tj_context_create(const tj_options *opt, tj_context **out);
-void tj_context_destroy(tj_context *c);
+TJ_API tj_options tj_options_default(void);
+TJ_API tj_status tj_context_create(const tj_options *opt, tj_context **out);
+TJ_API void tj_context_destroy(tj_context *c);
 /* The calling thread's message for its last failed tj_context_create (no context to hold it). */
-const char *tj_last_error(void);
+TJ_API const char *tj_last_error(void);
 /* The calling thread's last error message for this context; "" when none. Borrowed until the
  * thread's next call on the context. */
-const char *tj_context_error(const tj_context *c);
+TJ_API const char *tj_context_error(const tj_context *c);
 /* The backend the context resolved AUTO to, and why (verbose notes), borrowed. */
-tj_backend tj_context_backend(const tj_context *c);
-const char *tj_context_log(const tj_context *c);
+TJ_API tj_backend tj_context_backend(const tj_context *c);
+TJ_API const char *tj_context_log(const tj_context *c);
 
 /* Loads a pattern file and a safetensors file, checks that every layer's weights exist with
  * shape [n, k] (and bias [n], if present) and prepares every layer on the context's backend
  * (compiling through the kernel cache). The weights file stays memory-mapped while the model
  * lives. */
-tj_status tj_model_load(tj_context *c, const char *pattern_path, const char *weights_path,
+TJ_API tj_status tj_model_load(tj_context *c, const char *pattern_path, const char *weights_path,
                         tj_model **out);
-void tj_model_destroy(tj_model *m);
-int64_t tj_model_layer_count(const tj_model *m);
-tj_status tj_model_find_layer(const tj_model *m, const char *name, int64_t *out_index);
-tj_status tj_model_layer_info(const tj_model *m, int64_t index, tj_layer_info *out);
+TJ_API void tj_model_destroy(tj_model *m);
+TJ_API int64_t tj_model_layer_count(const tj_model *m);
+TJ_API tj_status tj_model_find_layer(const tj_model *m, const char *name, int64_t *out_index);
+TJ_API tj_status tj_model_layer_info(const tj_model *m, int64_t index, tj_layer_info *out);
 /* Seconds spent in tj_model_load preparing layers (code generation and compilation). */
-double tj_model_load_seconds(const tj_model *m);
+TJ_API double tj_model_load_seconds(const tj_model *m);
 
 /* Y = act(X · (W ⊙ mask)ᵀ + bias) for one layer, row-major. x: float32 or float16 [M × K];
  * y: float32 [M × N], written in full. Host tensors on CPU backends; the CUDA backend takes
  * device tensors (and host tensors through a staging copy). stream: a CUstream or NULL. */
-tj_status tj_linear(tj_model *m, const char *layer, const DLTensor *x, DLTensor *y, void *stream);
+TJ_API tj_status tj_linear(tj_model *m, const char *layer, const DLTensor *x, DLTensor *y, void *stream);
 /* The same by layer index and with a layout (TJ_LAYOUT_*). */
-tj_status tj_linear_ex(tj_model *m, int64_t layer, const DLTensor *x, DLTensor *y, int layout,
+TJ_API tj_status tj_linear_ex(tj_model *m, int64_t layer, const DLTensor *x, DLTensor *y, int layout,
                        void *stream);
+
+/* Whether this build has a backend (CPU needs LLVM, CUDA the CUDA toolkit; reference always). */
+TJ_API int tj_backend_built(tj_backend b);
+/* Forces one config (JSON text of the context's backend, as `tilejit gen --config` takes) on
+ * every layer loaded on c afterwards, instead of tuned or default ones; NULL clears. */
+TJ_API tj_status tj_context_set_config(tj_context *c, const char *json, tj_error *err);
 
 #ifdef __cplusplus
 }
 #endif
+
+/* The topic headers (each includes this one first). */
+#include "tilejit/io.h"
+#include "tilejit/pattern.h"
+#include "tilejit/gen.h"
+#include "tilejit/compile.h"
+#include "tilejit/prune.h"
+#include "tilejit/tune.h"
+#include "tilejit/bench.h"
+#include "tilejit/tensors.h"
 #endif

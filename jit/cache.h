@@ -1,4 +1,4 @@
-/* The persistent compiled-kernel cache (DESIGN.md §2): key bytes → blob, one file per entry under
+/* The persistent compiled-kernel cache (docs/formats.md): key bytes → blob, one file per entry under
  * $TILEJIT_CACHE_DIR, else $XDG_CACHE_HOME/tilejit, else ~/.cache/tilejit. Generic: the CUDA path
  * stores CUBINs, the CPU backend may store objects. Sits between the emitters and the compilers.
  *

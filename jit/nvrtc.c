@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "gen/emit_cuda.h"
+#include "base/clock.h"
 #include "tj_config.h"
 
 /* Wraps every NVRTC call once: keeps the call, file, line and NVRTC's own message. */
@@ -28,12 +29,6 @@
         }                                                                                       \
     } while (0)
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 void tj_cubin_free(tj_cubin *b)
 {
@@ -86,7 +81,7 @@ int tj_nvrtc_options(int sm, char opts[TJ_NVRTC_MAX_OPTS][512])
     snprintf(opts[n++], 512, "--ptxas-options=-v");
     /* The templates include no headers today; the directory is there for ones that will. */
     const char *inc = tj_cuda_include_dir();
-    if (inc) snprintf(opts[n++], 512, "-I%s", inc);
+    if (inc) snprintf(opts[n++], 512, "-I%.509s", inc); /* longer paths never fit the option */
     return n;
 }
 
@@ -285,7 +280,7 @@ tj_status tj_nvrtc_compile(tj_cache *cache, const char *source, const char *labe
                            tj_error *err)
 {
     memset(out, 0, sizeof *out);
-    double t0 = now_s();
+    double t0 = tj_now();
     if (sm < 50 || sm > 200) return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "invalid CUDA arch sm_%d", sm);
     char opts[TJ_NVRTC_MAX_OPTS][512];
     int nopts = tj_nvrtc_options(sm, opts);
@@ -301,7 +296,7 @@ tj_status tj_nvrtc_compile(tj_cache *cache, const char *source, const char *labe
         if (u > 0) {
             dump_unit(label, sm, source, opts, nopts, out->log); /* the log of the compile that made it */
             tj_ptxas_parse(out->log, out);
-            out->seconds = now_s() - t0;
+            out->seconds = tj_now() - t0;
             return TJ_OK;
         }
         tj_cubin_free(out);
@@ -322,7 +317,7 @@ tj_status tj_nvrtc_compile(tj_cache *cache, const char *source, const char *labe
         tj_cache_store(cache, &key, payload, plen, err);
         free(payload);
     }
-    out->seconds = now_s() - t0;
+    out->seconds = tj_now() - t0;
     return TJ_OK;
 }
 

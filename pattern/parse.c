@@ -1,4 +1,4 @@
-/* Stage 1 of the pipeline: pattern JSON (DESIGN.md §2) → tj_pattern, with Jansson.
+/* Stage 1 of the pipeline: pattern JSON (docs/formats.md) → tj_pattern, with Jansson.
  * Every layer is validated (validate.c) as it is read; names are checked for uniqueness. */
 #include <errno.h>
 #include <jansson.h>
@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "pattern/pattern.h"
+#include "base/file.h"
 
 typedef struct parser {
     const char *what;   /* file name for messages */
@@ -270,27 +271,11 @@ fail:
 tj_status tj_pattern_load(const char *path, tj_pattern **out, tj_error *err)
 {
     *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return tj_fail(err, TJ_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     char *buf = NULL;
-    size_t len = 0, cap = 0;
-    tj_status s = TJ_OK;
-    for (;;) {
-        if (len == cap) {
-            cap = cap ? cap * 2 : 1 << 16;
-            char *nb = realloc(buf, cap);
-            if (!nb) { s = tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "%s: out of memory", path); goto done; }
-            buf = nb;
-        }
-        size_t got = fread(buf + len, 1, cap - len, f);
-        len += got;
-        if (got == 0) break;
-    }
-    if (ferror(f)) { s = tj_fail(err, TJ_ERR_IO, "%s: read error", path); goto done; }
-    s = tj_pattern_parse(buf, len, path, out, err);
-done:
+    size_t len = 0;
+    tj_status s = tj_file_read(path, 0, &buf, &len, err);
+    if (s == TJ_OK) s = tj_pattern_parse(buf, len, path, out, err);
     free(buf);
-    fclose(f);
     return s;
 }
 

@@ -1,4 +1,4 @@
-/* Stage 2: the rules of DESIGN.md §2 on one layer, whoever built it (parser, pruner, bench
+/* Stage 2: the rules of docs/formats.md on one layer, whoever built it (parser, pruner, bench
  * generator), plus the canonical pattern hash. Linear in the size of the pattern. */
 #include <stdarg.h>
 #include <stdio.h>
@@ -154,4 +154,11 @@ int tj_activation_parse(const char *s, tj_activation *out)
     else if (strcmp(s, "gelu") == 0) *out = TJ_ACT_GELU;
     else return 0;
     return 1;
+}
+
+const tj_layer *tj_pattern_find(const tj_pattern *p, const char *name)
+{
+    for (int64_t i = 0; p && name && i < p->nlayers; i++)
+        if (strcmp(p->layers[i].name, name) == 0) return &p->layers[i];
+    return NULL;
 }

@@ -1,4 +1,4 @@
-/* Pattern → JSON (DESIGN.md §2), used by `prune`, `pattern` and the benchmarks' random patterns.
+/* Pattern → JSON (docs/formats.md), used by `prune`, `pattern` and the benchmarks' random patterns.
  * Written with the string builder, not Jansson, so large models serialise in linear time. */
 #include <errno.h>
 #include <stdio.h>

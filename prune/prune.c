@@ -1,4 +1,4 @@
-/* One-shot tile-wise pruning (PAPER.md): element scores → column scores (tw2) → tile-row scores
+/* One-shot tile-wise pruning (docs/pruning.md): element scores → column scores (tw2) → tile-row scores
  * → one global threshold each, found by weighted selection (expected linear time, no sort) →
  * tiles; tew then adds back the best removed weights, found by a two-pass radix select over
  * their scores. Memory: the scores of tile-rows and columns, never a copy of the weights. */
@@ -11,7 +11,8 @@
 
 tj_prune_options tj_prune_options_default(void)
 {
-    tj_prune_options o = {0.75, 128, TJ_PRUNE_TW1, TJ_PRUNE_TW1, 0.01};
+    tj_prune_options o = {.size = sizeof o, .sparsity = 0.75, .g = 128, .mode = TJ_PRUNE_TW1, .tew_base = TJ_PRUNE_TW1,
+                          .ew_fraction = 0.01};
     return o;
 }
 
@@ -401,6 +402,10 @@ tj_status tj_prune_layers(const tj_prune_layer_in *in, int64_t nl, const tj_prun
                           tj_error *err)
 {
     *out = NULL;
+    tj_prune_options known = tj_prune_options_default(); /* fields the caller's size covers, over defaults */
+    if (!opt || !tj_options_in(&known, sizeof known, opt))
+        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "tj_prune_options: start from tj_prune_options_default()");
+    opt = &known;
     TJ_TRY(check_inputs(in, nl, opt, err));
     tj_status s = TJ_OK;
     const int tew = opt->mode == TJ_PRUNE_TEW;

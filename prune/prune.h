@@ -1,5 +1,5 @@
 /* Pruning: dense (or already pruned) weights → a tile-wise pattern with the paper's one-shot
- * algorithm (PAPER.md: tw1, tw2, tew with one global threshold across layers), the pruned
+ * algorithm (docs/pruning.md: tw1, tw2, tew with one global threshold across layers), the pruned
  * weights file, and the pattern read back from zeros in pruned weights. It sits before gen/:
  * its output is an ordinary pattern (pattern/pattern.h) that parse → validate → plan consume.
  *
@@ -18,29 +18,7 @@
 #include "base/error.h"
 #include "base/safetensors.h"
 
-typedef enum tj_prune_mode {
-    TJ_PRUNE_TW1 = 1, /* per tile of g output features, whole input-feature rows are pruned */
-    TJ_PRUNE_TW2 = 2, /* global output-feature (column) pruning first, re-tiling, then tw1 */
-    TJ_PRUNE_TEW = 3  /* tw1 (or tw2) at S + F, then the top F of weights back as the ew residual */
-} tj_prune_mode;
-
-/* One layer to prune: W [n × k] and optional per-element scores of the same shape. Borrowed. */
-typedef struct tj_prune_layer_in {
-    const char *name;  /* layer name: the tensor name without ".weight" */
-    int64_t n, k;
-    const void *w;
-    tj_dtype wdt;
-    const void *score; /* NULL: the weights' magnitude |w| is the score */
-    tj_dtype sdt;
-} tj_prune_layer_in;
-
-typedef struct tj_prune_options {
-    double sparsity;        /* S, the overall fraction of weights removed, in [0, 1) */
-    int64_t g;              /* tile width (layers with n < g get g = n) */
-    tj_prune_mode mode;
-    tj_prune_mode tew_base; /* TW1 (default) or TW2: the tile-wise part of tew */
-    double ew_fraction;     /* F for tew, in (0, 1) with S + F < 1: the residual, as a fraction of all weights */
-} tj_prune_options;
+/* The types (modes, layer inputs, options) and calls are public: tilejit/prune.h. */
 
 /* S = 0.75, g = 128, tw1, F = 0.01. */
 tj_prune_options tj_prune_options_default(void);

@@ -90,7 +90,7 @@ tj_status tj_prune_select(const tj_st_file *wf, const char *regex, const tj_st_f
         L->w = t->data;
         L->wdt = t->dtype;
         if (sf) {
-            /* NAME.weight, or NAME.score as PAPER.md names Taylor-score tensors. */
+            /* NAME.weight, or NAME.score as the pruning method names Taylor-score tensors (docs/pruning.md). */
             const tj_st_tensor *st = tj_st_find(sf, t->name);
             if (!st) {
                 size_t nlen = strlen(L->name);

@@ -8,6 +8,8 @@
 #include "runtime/model.h"
 #include "tj_config.h"
 #include "tuning/tuning.h"
+#include "jit/cache.h"
+#include "base/clock.h"
 #if TJ_HAVE_LLVM
 #include "runtime/backend_cpu.h"
 #endif
@@ -49,17 +51,11 @@ const char *tj_backend_name(tj_backend b)
     }
 }
 
-double tj_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 tj_options tj_options_default(void)
 {
     tj_options o;
     memset(&o, 0, sizeof o);
+    o.size = sizeof o;
     o.backend = TJ_BACKEND_AUTO;
     return o;
 }
@@ -91,24 +87,6 @@ void tj_context_note(tj_context *c, const char *fmt, ...)
 
 const char *tj_context_log(const tj_context *c) { return c && c->log.data ? c->log.data : ""; }
 tj_backend tj_context_backend(const tj_context *c) { return c ? c->backend : TJ_BACKEND_AUTO; }
-
-static char *cache_dir_default(void)
-{
-    const char *env = getenv("TILEJIT_CACHE_DIR");
-    char buf[4096];
-    if (env && *env) return strdup(env);
-    env = getenv("XDG_CACHE_HOME");
-    if (env && *env) {
-        snprintf(buf, sizeof buf, "%s/tilejit", env);
-        return strdup(buf);
-    }
-    env = getenv("HOME");
-    if (env && *env) {
-        snprintf(buf, sizeof buf, "%s/.cache/tilejit", env);
-        return strdup(buf);
-    }
-    return NULL; /* nowhere to cache: the cache layer then works without one */
-}
 
 static const tj_backend_ops *ops_for(tj_backend b)
 {
@@ -167,15 +145,19 @@ tj_status tj_context_create(const tj_options *opt, tj_context **out)
     if (!c) return TJ_ERR_OUT_OF_MEMORY;
     tj_error err;
     tj_error_clear(&err);
-    c->opt = opt ? *opt : tj_options_default();
+    c->opt = tj_options_default();
     pthread_mutex_init(&c->lock, NULL);
     tj_sb_init(&c->log);
     tj_status s = TJ_OK;
+    if (opt && !tj_options_in(&c->opt, sizeof c->opt, opt)) {
+        s = tj_fail(&err, TJ_ERR_INVALID_ARGUMENT, "tj_options.size is %zu: start from tj_options_default()", opt->size);
+        goto fail;
+    }
     if (c->opt.threads < 0) {
         s = tj_fail(&err, TJ_ERR_INVALID_ARGUMENT, "threads must be >= 0 (got %d)", c->opt.threads);
         goto fail;
     }
-    c->cache_dir = c->opt.cache_dir ? strdup(c->opt.cache_dir) : cache_dir_default();
+    c->cache_dir = c->opt.cache_dir ? strdup(c->opt.cache_dir) : tj_cache_default_dir() /* jit/cache.c: the one policy */;
     const char *log = c->opt.tuning_log ? c->opt.tuning_log : getenv("TILEJIT_TUNING_LOG");
     if (log && *log && !(c->tuning_log = strdup(log))) {
         s = tj_fail(&err, TJ_ERR_OUT_OF_MEMORY, "out of memory");
@@ -271,4 +253,15 @@ void tj_context_destroy(tj_context *c)
     tj_tune_db_destroy(c->tuning);
     if (last_error.ctx == c) last_error.ctx = NULL;
     free(c);
+}
+
+int tj_backend_built(tj_backend b)
+{
+    switch (b) {
+    case TJ_BACKEND_AUTO:
+    case TJ_BACKEND_REFERENCE: return 1;
+    case TJ_BACKEND_CPU: return TJ_HAVE_LLVM;
+    case TJ_BACKEND_CUDA: return TJ_HAVE_CUDA;
+    default: return 0;
+    }
 }

@@ -11,6 +11,7 @@
 #include "base/dtype.h"
 #include "base/error.h"
 #include "base/safetensors.h"
+#include "base/clock.h"
 
 /* One layer's weights, borrowed from the mapped safetensors file. */
 typedef struct tj_layer_weights {
@@ -90,7 +91,7 @@ tj_status tj_context_set_error(const tj_context *c, const tj_error *err);
 /* Appends a verbose note (when opt.verbose) to the context log. */
 void tj_context_note(tj_context *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* The yardstick (reference.c): plain loops over DESIGN.md §1's semantics, fp32 accumulation.
+/* The yardstick (reference.c): plain loops over the semantics of docs/architecture.md, fp32 accumulation.
  * x: [m × k] fp32 row-major, y: [m × n] fp32 row-major, fully written. Needs no memory. */
 void tj_reference_linear(const tj_layer *l, const tj_layer_weights *w, const float *x, int64_t m,
                          float *y);
@@ -99,8 +100,6 @@ void tj_reference_epilogue(const tj_layer *l, const tj_layer_weights *w, float *
 /* Activation on one value (shared by reference and host epilogues). */
 float tj_activate(tj_activation a, float v);
 
-/* Forces one config (JSON, backend-specific) on every layer loaded afterwards; NULL clears. */
-tj_status tj_context_set_config(tj_context *c, const char *json, tj_error *err);
 /* The config a backend should use for layer l at batch size m: the override if set, else the
  * best tuning record (exact device, then arch family), else NULL for the backend's built-in
  * default. `device`/`arch` name the target as the tuning records do. Borrowed from c. */
@@ -116,7 +115,5 @@ const char *tj_context_config_at(tj_context *c, const char *backend, const char 
 int tj_dl_dtype(const DLTensor *t, tj_dtype *out);
 void tj_dl_strides(const DLTensor *t, int64_t st[2]);
 
-/* Monotonic seconds. */
-double tj_now(void);
 
 #endif

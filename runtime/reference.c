@@ -1,4 +1,4 @@
-/* The reference backend's arithmetic: DESIGN.md §1 written as plainly as possible. Every other
+/* The reference backend's arithmetic: the semantics of docs/architecture.md ("What a layer computes") written as plainly as possible. Every other
  * backend is checked against this, so it stays simple and shares nothing with the fast paths. */
 #include <math.h>
 

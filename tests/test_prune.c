@@ -574,7 +574,7 @@ static void test_select_errors(void)
         CHECKF(st == TJ_ERR_INVALID_ARGUMENT && strstr(err.msg, "[200, 300]") && strstr(err.msg, "[300, 200]"), "%s", err.msg);
         tj_st_close(sf);
     }
-    /* NAME.score is accepted too (PAPER.md's name for Taylor scores). */
+    /* NAME.score is accepted too (the method's name for Taylor scores, docs/pruning.md). */
     tj_st_out_tensor alt[1] = {{"block.0.linear.score", "F32", 2, shapes[0], m2.w[0], 300 * 200 * 4}};
     CHECK_OK(tj_st_write(sc, alt, 1, NULL, &err), &err);
     sf = NULL;

@@ -1,6 +1,6 @@
 /* Tuning records: one JSON line per measurement, append-only, after a header line naming who
- * began the log (format in autotune/README.md and docs/tuning-slurm.md). Reading skips headers
- * and tolerates a torn last line so a killed sweep can resume. */
+ * began the log (format in docs/formats.md, autotune/README.md and docs/tuning-slurm.md).
+ * Reading skips headers and tolerates a torn last line so a killed sweep can resume. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>

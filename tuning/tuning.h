@@ -12,59 +12,18 @@
 #include "base/error.h"
 #include "pattern/pattern.h"
 
+/* The record, target, workload and best-row types are public: tilejit/tune.h. */
+
 #define TJ_TUNE_FORMAT "tilejit-tune"
 #define TJ_TUNE_VERSION 1
 
 /* ---- records (records.c) ----------------------------------------------------------------- */
 
-typedef enum tj_tune_status {
-    TJ_TUNE_OK = 0,
-    TJ_TUNE_COMPILE_ERROR, /* code generation or JIT/NVRTC compilation failed, or config rejected */
-    TJ_TUNE_LAUNCH_ERROR,  /* the kernel failed at run time, or the measuring child crashed */
-    TJ_TUNE_WRONG_RESULT,  /* ran, but disagreed with tj_reference_linear: never chosen */
-    TJ_TUNE_TIMEOUT        /* the watchdog killed the measuring child */
-} tj_tune_status;
 
 const char *tj_tune_status_name(tj_tune_status s);
 int tj_tune_status_parse(const char *s, tj_tune_status *out); /* 1 on success */
 
-/* Where a measurement was taken. */
-typedef struct tj_tune_target {
-    char backend[16];   /* "cpu", "cuda", "reference" */
-    char device[128];   /* exact device: CPU model name, GPU name */
-    char arch[64];      /* family: "x86_64-avx512", "x86_64-avx2", "sm_90" */
-    char driver[64];    /* GPU driver version ("" on CPU) */
-    char compiler[64];  /* "LLVM 19.1.7", "NVRTC 13.0" */
-} tj_tune_target;
 
-/* What was measured: one layer's pattern at one batch size M. */
-typedef struct tj_tune_workload {
-    char layer[256];
-    uint64_t pattern_hash; /* tj_layer_hash: the identity of a pattern */
-    int64_t n, k, g;
-    int64_t kept;          /* kept weights (density = kept / (n·k)): the shape fallback key */
-    char dtype[8];         /* "f32", "f16" */
-    int64_t m;
-} tj_tune_workload;
-
-/* One line of a tuning log. Failures have infinite cost: `median` is INFINITY in memory and is
- * written as the JSON string "inf" (JSON has no infinity); `status` says why. */
-typedef struct tj_tune_record {
-    tj_tune_target target;
-    tj_tune_workload wl;
-    char *config;          /* canonical JSON, malloc'ed */
-    tj_tune_status status;
-    double median;         /* seconds per call; INFINITY unless ok */
-    double *times;         /* seconds of each timed call (at most TJ_TUNE_MAX_TIMES kept) */
-    int ntimes;
-    int64_t reps;          /* timed calls made (may exceed ntimes) */
-    double build_s;        /* code generation + compilation seconds */
-    char *error;           /* failure message, or NULL */
-    char tool[32];         /* "tilejit 0.1.0" */
-    char timestamp[32];    /* UTC, ISO 8601 */
-} tj_tune_record;
-
-#define TJ_TUNE_MAX_TIMES 64
 
 void tj_tune_record_free(tj_tune_record *r);
 /* Canonical JSON of a config text: compact with sorted keys; malloc'ed in *out. */
@@ -162,16 +121,6 @@ tj_status tj_tune_config_from_log(const char *path, const char *backend, const t
 
 /* Every (backend, device, workload, M bucket) group's best, in a stable order, for
  * `tilejit tune --best`. Calls fn until it returns nonzero. */
-typedef struct tj_tune_best_row {
-    const char *backend, *device, *arch, *layer;
-    uint64_t pattern_hash;
-    int64_t n, k, g, kept, m;
-    int bucket;
-    const char *config;
-    double median;
-    int64_t measured, failed; /* configs measured in the group, and how many failed */
-} tj_tune_best_row;
-typedef int (*tj_tune_best_fn)(void *user, const tj_tune_best_row *row);
 tj_status tj_tune_db_each_best(tj_tune_db *db, tj_tune_best_fn fn, void *user, tj_error *err);
 
 /* ---- a measurement's result object (records.c) ----------------------------------------- */

@@ -1,27 +1,85 @@
-/* tilejit/prune.h — allocation of pruning densities across layers (public API).
- *
- * Calibrated pruning (`tilejit prune --calibration`, docs/pruning-calibrated.md) rebuilds each
- * layer at a density; which density each layer gets comes from a measured loss table (one row
- * per layer: 1 − output cosine of the model with that layer alone pruned to density d_j) and a
- * budget, in kept weights or in milliseconds. These functions solve that allocation:
- *
- *     tj_prune_profile *p;
- *     if (tj_prune_profile_load("profile.json", &p, &err) != TJ_OK) ...
- *     double *d = malloc(p->nl * sizeof *d);
- *     tj_prune_allocate(p, 0.5, 0, d, &err);     // half the weights, least summed loss
- *     tj_prune_profile_destroy(p);
- *
- * Errors: a status, and the message in the caller's tj_error (base/error.h; the message is
- * err.msg). Every output is written only on success. */
+/* tilejit/prune.h — pruning: dense (or already pruned) weights → a tile-wise pattern with one
+ * global threshold across layers (tw1, tw2, tew), the pruned weights file, and the pattern read
+ * back from the zeros of pruned weights. docs/pruning.md explains the method. */
+#include "tilejit.h"
 #ifndef TILEJIT_PRUNE_H
 #define TILEJIT_PRUNE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
-#include "tilejit.h"
-#include "tilejit/export.h"
+#ifdef __cplusplus
+extern "C" {
+#endif
 
-typedef struct tj_error tj_error;
+typedef enum tj_prune_mode {
+    TJ_PRUNE_TW1 = 1, /* per tile of g output features, whole input-feature rows are pruned */
+    TJ_PRUNE_TW2 = 2, /* global output-feature (column) pruning first, re-tiling, then tw1 */
+    TJ_PRUNE_TEW = 3  /* tw1 (or tw2) at S + F, then the top F of weights back as the ew residual */
+} tj_prune_mode;
+
+/* One layer to prune: W [n × k] and optional per-element scores of the same shape. Borrowed. */
+typedef struct tj_prune_layer_in {
+    const char *name;  /* layer name: the tensor name without ".weight" */
+    int64_t n, k;
+    const void *w;
+    tj_dtype wdt;
+    const void *score; /* NULL: the weights' magnitude |w| is the score */
+    tj_dtype sdt;
+} tj_prune_layer_in;
+
+typedef struct tj_prune_options {
+    size_t size;            /* sizeof(tj_prune_options); set by tj_prune_options_default */
+    double sparsity;        /* S, the overall fraction of weights removed, in [0, 1) */
+    int64_t g;              /* tile width (layers with n < g get g = n) */
+    tj_prune_mode mode;
+    tj_prune_mode tew_base; /* TW1 (default) or TW2: the tile-wise part of tew */
+    double ew_fraction;     /* F for tew, in (0, 1) with S + F < 1: the residual, as a fraction of all weights */
+} tj_prune_options;
+
+/* S = 0.75, g = 128, tw1, F = 0.01. */
+TJ_API tj_prune_options tj_prune_options_default(void);
+TJ_API const char *tj_prune_mode_name(tj_prune_mode m);
+TJ_API int tj_prune_mode_parse(const char *s, tj_prune_mode *out);
+
+/* Prunes the layers together: one global threshold over all tile-rows (and, for tw2, over all
+ * columns; for tew, over all removed weights), so per-layer sparsity comes out non-uniform.
+ * Scores: a tile-row's is the L2 norm of its element scores divided by its length (a column's
+ * likewise over k); ties are broken by position, so the result is deterministic. The layers of
+ * *out are in the order given, with activation none. Caller frees *out (tj_pattern_destroy). */
+TJ_API tj_status tj_prune_layers(const tj_prune_layer_in *in, int64_t nlayers, const tj_prune_options *opt,
+                          tj_pattern **out, tj_error *err);
+
+/* The layers of a weights file: tensors NAME.weight whose NAME matches the POSIX extended regex
+ * (unanchored, like grep -E), or by default every 2-D floating-point NAME.weight except
+ * embedding tables (names containing "embed": they are looked up, not multiplied). A selected
+ * tensor that is not 2-D or not F32/F16/BF16 is an error, as is selecting nothing. With a scores
+ * file, each layer's scores are its tensor NAME.weight there, else NAME.score (same shape as the
+ * weights). Layers come in
+ * natural name order (layer.2 before layer.10). *out points into the mapped files for data;
+ * the caller frees the array (names included) with one free(). */
+TJ_API tj_status tj_prune_select(const tj_st_file *weights, const char *regex, const tj_st_file *scores,
+                          tj_prune_layer_in **out, int64_t *nlayers, tj_error *err);
+
+/* Writes `path`: every tensor of `weights` in the same dtype and shape; for each layer of the
+ * pattern, its NAME.weight with every weight outside the mask set to zero. Holds one layer's
+ * output at a time (the input stays mapped). The file appears atomically (temp + rename). */
+TJ_API tj_status tj_prune_write_weights(const tj_st_file *weights, const tj_pattern *p, const char *path,
+                                 tj_error *err);
+
+/* Reads a pattern back from zeros in pruned weights, per layer (g = n when n < g): an input
+ * feature is kept in a tile iff some weight of the tile's output features is nonzero there. Two
+ * tilings are weighed: over all n output features, and over only those with a nonzero weight
+ * (the others becoming pruned `cols`); the second is chosen only when it keeps fewer weights.
+ * So tw1 patterns come back unchanged even with empty tiles, and tw2 patterns come back
+ * unchanged unless a tile lost every row (the mask is the same either way). No ew is recovered:
+ * a weight outside full tile-rows makes its row kept in its tile. Caller frees *out. */
+TJ_API tj_status tj_pattern_from_weights(const tj_prune_layer_in *in, int64_t nlayers, int64_t g, tj_pattern **out,
+                                  tj_error *err);
+
+/* ---- allocation of densities across layers (calibrated pruning, docs/pruning-calibrated.md):
+ * a measured loss table (1 − output cosine with one layer pruned to density d_j) and a budget, in
+ * kept weights or milliseconds. */
 
 /* Multiple-choice knapsack: for each of nl layers pick one of nc choices (cost[l·nc + c] ≥ 0,
  * loss[l·nc + c] finite) minimising Σ loss with Σ cost ≤ budget. Costs are integers in units
@@ -55,4 +113,7 @@ TJ_API void tj_prune_profile_destroy(tj_prune_profile *p);
 TJ_API tj_status tj_prune_allocate(const tj_prune_profile *p, double sparsity, double budget_ms, double *density,
                             tj_error *err);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

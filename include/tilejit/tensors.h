@@ -16,11 +16,9 @@
  * to the host first (the CUDA backend uploads packed weights at load). The checks, backend
  * preparation and kernel cache are those of tj_model_load.
  */
+#include "tilejit.h"
 #ifndef TILEJIT_TENSORS_H
 #define TILEJIT_TENSORS_H
-
-#include "../tilejit.h"
-#include "export.h"
 
 #ifdef __cplusplus
 extern "C" {

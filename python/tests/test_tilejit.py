@@ -1,5 +1,5 @@
 """Tests of the Python binding: layers, linear() on NumPy arrays and DLPack producers against a
-float64 NumPy computation of DESIGN.md §1's semantics, errors as exceptions. Exit 77 (skip)
+float64 NumPy computation of the semantics of docs/architecture.md, errors as exceptions. Exit 77 (skip)
 without NumPy. Run: TILEJIT_LIBRARY=build/libtilejit.so python3 python/tests/test_tilejit.py"""
 import json
 import math

@@ -73,6 +73,7 @@ LAYOUT_ROW_MAJOR, LAYOUT_FEATURE_MAJOR = 0, 1
 
 class Options(ctypes.Structure):
     _fields_ = [
+        ("size", ctypes.c_size_t),  # set by tj_options_default
         ("backend", ctypes.c_int),
         ("threads", ctypes.c_int),
         ("cache_dir", ctypes.c_char_p),

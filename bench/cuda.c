@@ -3,7 +3,7 @@
  * tensor cores over the same data, and checked against the reference. Also the GPU timing hook
  * of `tilejit model`.
  *
- * Timing (METHOD.md): a warm-up, then samples of one full rotation over R input/output/weight
+ * Timing (docs/kernels.md): a warm-up, then samples of one full rotation over R input/output/weight
  * sets each (R chosen so a rotation's data is ≥ 3× the L2, the H200's is 60 MB, capped at 32),
  * until the samples cover ≥ --min-time seconds (0.2 s) and at least 10 samples; the median
  * sample divided by R is the time per call. Each rotation is captured once as a CUDA graph and
@@ -14,12 +14,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench/args.h"
 #include "runtime/backend_cuda.h"
-#include "cli/bench_cuda.h"
-#include "cli/cli.h"
 #include "pattern/random.h"
 #include "base/rng.h"
 #include "tj_config.h"
+
+/* The driver's streams: the report and its messages (NULL outside tj_bench_cuda_main). */
+static FILE *out_, *errs_;
 #if TJ_HAVE_CUBLAS
 #include <cublas_v2.h>
 #include <dlfcn.h>
@@ -63,8 +65,8 @@ static int cmpd(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* Captures one rotation of fn into a graph (CUDA graph replay hides launch gaps, METHOD.md);
- * NULL with a note on stdout when capture is not possible (timing then uses plain launches). */
+/* Captures one rotation of fn into a graph (CUDA graph replay hides launch gaps, docs/kernels.md);
+ * NULL with a note on the report stream when capture is not possible (timing then uses plain launches). */
 static CUgraphExec capture(gpu *g, launch_fn fn, void *user, int rot, char *err, size_t errlen)
 {
     tj_error e;
@@ -81,7 +83,7 @@ static CUgraphExec capture(gpu *g, launch_fn fn, void *user, int rot, char *err,
     return exec;
 fail:
     if (graph) g->dev->cu.GraphDestroy(graph);
-    printf("note        graph capture failed (%s): timing plain launches\n", e.msg);
+    if (out_) fprintf(out_, "note        graph capture failed (%s): timing plain launches\n", e.msg);
     return NULL;
 }
 
@@ -331,18 +333,6 @@ static int check_output(gpu *g, const bench *b, CUdeviceptr y, const int64_t *ro
     return 0;
 }
 
-static double relerr(const float *a, const float *ref, int64_t n)
-{
-    double num = 0, den = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double d = (double)a[i] - ref[i];
-        num += d * d;
-        den += (double)ref[i] * ref[i];
-    }
-    if (isnan(num)) return INFINITY;
-    return den > 0 ? sqrt(num / den) : sqrt(num);
-}
-
 static int parse_dtype(const char *s, tj_dtype *out)
 {
     if (!strcmp(s, "fp16") || !strcmp(s, "f16") || !strcmp(s, "float16")) *out = TJ_F16;
@@ -351,56 +341,58 @@ static int parse_dtype(const char *s, tj_dtype *out)
     return 0;
 }
 
-int bench_cuda(int argc, char **argv)
+int tj_bench_cuda_main(int argc, char **argv, FILE *report, FILE *errs)
 {
+    out_ = report;
+    errs_ = errs;
     const char *C = "bench";
     const char *sm = NULL, *sn = NULL, *sk = NULL, *ss = NULL, *sg = "128", *smode = "tw1", *sdt = NULL,
                *cfgjson = NULL, *sseed = "1", *smin = "0.2", *sdev = "0", *backend = "cuda", *cache_dir = NULL,
                *pos[1];
     int verbose = 0, npos = 0, no_graph = 0;
-    cli_opt opts[] = {{"backend", 1, &backend, NULL}, {"m", 1, &sm, NULL}, {"n", 1, &sn, NULL}, {"k", 1, &sk, NULL},
+    bench_opt opts[] = {{"backend", 1, &backend, NULL}, {"m", 1, &sm, NULL}, {"n", 1, &sn, NULL}, {"k", 1, &sk, NULL},
                       {"sparsity", 1, &ss, NULL}, {"g", 1, &sg, NULL}, {"mode", 1, &smode, NULL},
                       {"dtype", 1, &sdt, NULL}, {"config", 1, &cfgjson, NULL}, {"seed", 1, &sseed, NULL},
                       {"min-time", 1, &smin, NULL}, {"device", 1, &sdev, NULL}, {"cache-dir", 1, &cache_dir, NULL},
                       {"v", 0, NULL, &verbose}, {"verbose", 0, NULL, &verbose}, {"no-graph", 0, NULL, &no_graph}, {0}};
-    int r = cli_parse(C, argc, argv, opts, pos, 0, &npos);
+    int r = bench_parse(errs_, C, argc, argv, opts, pos, 0, &npos);
     if (r == 2) {
-        fputs(help, stdout);
+        fputs(help, out_);
         return 0;
     }
     if (r) return 1;
-    if (strcmp(backend, "cuda") != 0) return cli_fail(C, "bench_cuda handles --backend cuda only (got '%s')", backend);
-    if (!sm || !sn || !sk || !ss) return cli_fail(C, "--m, --n, --k and --sparsity are required (see --help)");
+    if (strcmp(backend, "cuda") != 0) return bench_fail(errs_, C, "bench_cuda handles --backend cuda only (got '%s')", backend);
+    if (!sm || !sn || !sk || !ss) return bench_fail(errs_, C, "--m, --n, --k and --sparsity are required (see --help)");
     int64_t M, n, k, g, seed, devno;
     double sparsity, min_time;
-    if (cli_parse_int(C, "m", sm, 1, INT32_MAX, &M) || cli_parse_int(C, "n", sn, 1, TJ_MAX_DIM, &n) ||
-        cli_parse_int(C, "k", sk, 1, 65536 * 256, &k) || cli_parse_int(C, "g", sg, 1, TJ_MAX_DIM, &g) ||
-        cli_parse_double(C, "sparsity", ss, 0, 0.999, &sparsity) || cli_parse_int(C, "seed", sseed, 0, INT64_MAX, &seed) ||
-        cli_parse_double(C, "min-time", smin, 0, 3600, &min_time) || cli_parse_int(C, "device", sdev, 0, 1024, &devno))
+    if (bench_parse_int(errs_, C, "m", sm, 1, INT32_MAX, &M) || bench_parse_int(errs_, C, "n", sn, 1, TJ_MAX_DIM, &n) ||
+        bench_parse_int(errs_, C, "k", sk, 1, 65536 * 256, &k) || bench_parse_int(errs_, C, "g", sg, 1, TJ_MAX_DIM, &g) ||
+        bench_parse_double(errs_, C, "sparsity", ss, 0, 0.999, &sparsity) || bench_parse_int(errs_, C, "seed", sseed, 0, INT64_MAX, &seed) ||
+        bench_parse_double(errs_, C, "min-time", smin, 0, 3600, &min_time) || bench_parse_int(errs_, C, "device", sdev, 0, 1024, &devno))
         return 1;
     int mode = !strcmp(smode, "tw1") ? 1 : !strcmp(smode, "tw2") ? 2 : 0;
-    if (!mode) return cli_fail(C, "--mode must be tw1 or tw2 (got '%s')", smode);
+    if (!mode) return bench_fail(errs_, C, "--mode must be tw1 or tw2 (got '%s')", smode);
     tj_dtype in = TJ_F16;
-    if (sdt && parse_dtype(sdt, &in)) return cli_fail(C, "--dtype must be fp16 or bf16 (got '%s')", sdt);
+    if (sdt && parse_dtype(sdt, &in)) return bench_fail(errs_, C, "--dtype must be fp16 or bf16 (got '%s')", sdt);
 
     tj_error e;
     tj_layer l;
     memset(&l, 0, sizeof l);
     tj_random_spec spec = {.n = n, .k = k, .g = g, .sparsity = sparsity, .mode = mode, .seed = (uint64_t)seed};
-    if (tj_random_layer(&spec, "bench", &l, &e) != TJ_OK) return cli_fail(C, "%s", e.msg);
+    if (tj_random_layer(&spec, "bench", &l, &e) != TJ_OK) return bench_fail(errs_, C, "%s", e.msg);
     tj_cuda_config cfg = tj_cuda_config_default(&l);
     cfg.dtype = in;
     cfg.out = in;
     if (cfgjson && tj_cuda_config_from_json(cfgjson, &cfg, &e) != TJ_OK) {
         tj_layer_free(&l);
-        return cli_fail(C, "--config: %s", e.msg);
+        return bench_fail(errs_, C, "--config: %s", e.msg);
     }
     if (sdt) cfg.dtype = in;
     in = cfg.dtype;
     tj_dtype out = cfg.out;
     if (cfg.x_fm != cfg.y_fm) {
         tj_layer_free(&l);
-        return cli_fail(C, "--config: the bench times the layouts fm and rm only (the dense baseline has one layout)");
+        return bench_fail(errs_, C, "--config: the bench times the layouts fm and rm only (the dense baseline has one layout)");
     }
     int fm = cfg.x_fm;
 
@@ -422,26 +414,26 @@ int bench_cuda(int argc, char **argv)
     B.fm = fm;
     char desc[512];
     tj_cuda_device_describe(G.dev, desc, sizeof desc);
-    printf("device      %s\n", desc);
+    fprintf(out_, "device      %s\n", desc);
     tj_strbuf sb;
     tj_sb_init(&sb);
     tj_cuda_config_to_json(&cfg, &sb);
     int64_t kept = tj_layer_kept(&l);
-    printf("layer       M %lld  n %lld  k %lld  g %lld  %s  sparsity %.3f (kept %lld of %lld weights, %lld of %lld columns)\n",
+    fprintf(out_, "layer       M %lld  n %lld  k %lld  g %lld  %s  sparsity %.3f (kept %lld of %lld weights, %lld of %lld columns)\n",
            (long long)M, (long long)n, (long long)k, (long long)g, smode, 1.0 - (double)kept / ((double)n * k),
            (long long)kept, (long long)(n * k), (long long)l.ncols, (long long)n);
-    printf("config      %s\n", sb.data ? sb.data : "");
+    fprintf(out_, "config      %s\n", sb.data ? sb.data : "");
     tj_sb_free(&sb);
 
     /* Compile (through the cache). */
     if (tj_cache_open(cache_dir, &cache, &e) != TJ_OK) goto tj_fail;
     {
         char *wmsg = tj_cache_take_warning(cache);
-        if (wmsg) fprintf(stderr, "tilejit bench: warning: %s\n", wmsg);
+        if (wmsg) fprintf(errs_, "tilejit bench: warning: %s\n", wmsg);
         free(wmsg);
     }
     if (tj_cuda_kernel_build(G.dev, cache, &l, &cfg, &B.kern, &e) != TJ_OK) goto tj_fail;
-    printf("compile     %.3f s (%s), %d registers, %lld spill bytes\n", B.kern->compile_seconds,
+    fprintf(out_, "compile     %.3f s (%s), %d registers, %lld spill bytes\n", B.kern->compile_seconds,
            B.kern->cache == TJ_CACHE_HIT ? "cache hit" : "cache miss", B.kern->registers, (long long)B.kern->spill_bytes);
 
     /* Host data: W and X rounded to the input dtype, so the reference sees what the GPU sees. */
@@ -514,14 +506,14 @@ int bench_cuda(int argc, char **argv)
     }
     tj_layer_weights lw = {.w = wq, .wdt = in, .bias = NULL, .bdt = TJ_F32};
     tj_reference_linear(&l, &lw, xs, nrows, yref);
-    double bound = in == TJ_BF16 ? 1e-2 : 2e-3;
+    double bound = tj_check_bound(in); /* the one bound per compute dtype (runtime/check.c) */
 
     int64_t nans = 0;
     if (poison(&G, B.y[0], yelems, out, &e) != TJ_OK) goto tj_fail;
     if (launch_tilejit(&B, 0, msg, sizeof msg)) goto done;
     if (check_output(&G, &B, B.y[0], rows, nrows, yget, &nans, msg, sizeof msg)) goto done;
-    double err_tj = relerr(yget, yref, nrows * n);
-    printf("check       tilejit: relative error %.3g on %lld sampled rows (bound %.0e), %lld unwritten (NaN) of %lld outputs: %s\n",
+    double err_tj = tj_rel_error(yget, yref, nrows * n);
+    fprintf(out_, "check       tilejit: relative error %.3g on %lld sampled rows (bound %.0e), %lld unwritten (NaN) of %lld outputs: %s\n",
            err_tj, (long long)nrows, bound, (long long)nans, (long long)(M * n),
            err_tj <= bound && nans == 0 ? "ok" : "FAILED");
     if (!(err_tj <= bound) || nans) {
@@ -536,8 +528,8 @@ int bench_cuda(int argc, char **argv)
     if (poison(&G, B.y[0], yelems, out, &e) != TJ_OK) goto tj_fail;
     if (launch_dense(&B, 0, msg, sizeof msg)) goto done;
     if (check_output(&G, &B, B.y[0], rows, nrows, yget, &nans, msg, sizeof msg)) goto done;
-    double err_dense = relerr(yget, yref, nrows * n);
-    printf("check       cuBLAS:  relative error %.3g (bound %.0e): %s\n", err_dense, bound,
+    double err_dense = tj_rel_error(yget, yref, nrows * n);
+    fprintf(out_, "check       cuBLAS:  relative error %.3g (bound %.0e): %s\n", err_dense, bound,
            err_dense <= bound && nans == 0 ? "ok" : "FAILED");
     if (!(err_dense <= bound) || nans) {
         snprintf(msg, sizeof msg, "the cuBLAS baseline's result is wrong: relative error %.3g", err_dense);
@@ -552,7 +544,7 @@ int bench_cuda(int argc, char **argv)
     if (poison(&G, B.y[0], yelems, out, &e) != TJ_OK) goto tj_fail;
     if (launch_tilejit(&B, 0, msg, sizeof msg)) goto done;
     if (check_output(&G, &B, B.y[0], rows, nrows, yget, &nans, msg, sizeof msg)) goto done;
-    double err2 = relerr(yget, yref, nrows * n);
+    double err2 = tj_rel_error(yget, yref, nrows * n);
     if (!(err2 <= bound) || nans) {
         snprintf(msg, sizeof msg, "tilejit's result changed after timing: relative error %.3g, %lld NaN", err2,
                  (long long)nans);
@@ -560,15 +552,15 @@ int bench_cuda(int argc, char **argv)
     }
     double kept_tflops = 2.0 * (double)M * (double)kept / t_tj / 1e12;
     double dense_tflops = 2.0 * (double)M * (double)n * (double)k / t_dense / 1e12;
-    printf("timing      %s, rotation over %d sets (%.1f MB each), %d / %d samples, min %.2f s\n",
+    fprintf(out_, "timing      %s, rotation over %d sets (%.1f MB each), %d / %d samples, min %.2f s\n",
            no_graph ? "plain stream launches" : "CUDA graph replay of each rotation", rot, set_bytes / 1e6, ns_tj, ns_dense,
            min_time);
-    printf("tilejit     %.2f us  (%.1f TFLOP/s on kept weights)\n", 1e6 * t_tj, kept_tflops);
-    printf("dense       %.2f us  (%.1f TFLOP/s, cublasGemmEx %s)\n", 1e6 * t_dense, dense_tflops,
+    fprintf(out_, "tilejit     %.2f us  (%.1f TFLOP/s on kept weights)\n", 1e6 * t_tj, kept_tflops);
+    fprintf(out_, "dense       %.2f us  (%.1f TFLOP/s, cublasGemmEx %s)\n", 1e6 * t_dense, dense_tflops,
            fm ? "NN on feature-major" : "TN on row-major");
-    printf("speedup %.3f tilejit_us %.2f dense_us %.2f kept_tflops %.2f\n", t_dense / t_tj, 1e6 * t_tj, 1e6 * t_dense,
+    fprintf(out_, "speedup %.3f tilejit_us %.2f dense_us %.2f kept_tflops %.2f\n", t_dense / t_tj, 1e6 * t_tj, 1e6 * t_dense,
            kept_tflops);
-    fflush(stdout);
+    fflush(out_);
     rc = 0;
     goto done;
 tj_fail:
@@ -596,7 +588,7 @@ done:
     free(yget);
     free(rows);
     tj_layer_free(&l);
-    if (rc) cli_fail(C, "%s", msg[0] ? msg : "failed");
+    if (rc) bench_fail(errs_, C, "%s", msg[0] ? msg : "failed");
     return rc;
 }
 
@@ -632,8 +624,8 @@ static int launch_model_dense(void *user, int i, char *err, size_t errlen)
 }
 #endif
 
-int tj_cli_cuda_time_layer(tj_model *m, int64_t layer, int64_t M, double min_time, double *tilejit_s,
-                           double *dense_s, char *err, size_t errlen)
+static int time_layer(tj_model *m, int64_t layer, int64_t M, double min_time, double *tilejit_s, double *dense_s,
+                      char *err, size_t errlen)
 {
     *tilejit_s = *dense_s = -1;
     tj_cuda_device *dev = m ? tj_cuda_context_device(m->ctx) : NULL;
@@ -696,4 +688,15 @@ done:
     free(hx);
     free(hw);
     return rc;
+}
+
+tj_status tj_bench_cuda_time_layer(tj_model *m, int64_t layer, int64_t M, double min_time, double *tilejit_s,
+                                   double *dense_s, tj_error *err)
+{
+    if (!m || !tilejit_s || !dense_s || layer < 0 || layer >= m->pattern->nlayers)
+        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "tj_bench_cuda_time_layer: bad model, layer or output");
+    char msg[TJ_ERROR_MSG_MAX] = "";
+    if (time_layer(m, layer, M, min_time, tilejit_s, dense_s, msg, sizeof msg))
+        return tj_fail(err, TJ_ERR_DEVICE, "%s", msg[0] ? msg : "GPU timing failed");
+    return TJ_OK;
 }
