@@ -335,8 +335,12 @@ tj_status tj_cuda_args_check(const tj_layer *l, const tj_cuda_config *c, const t
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT,
                        "%s: the mma kernel gathers x in 16-byte pieces: x must be 16-byte aligned and ldx (%lld) a multiple of 8",
                        who, (long long)a->ldx);
-    if (((uintptr_t)a->w & 15) || ((uintptr_t)a->y & 15))
-        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "%s: w and y must be 16-byte aligned", who);
+    if ((uintptr_t)a->w & 15)
+        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "%s: the packed weights must be 16-byte aligned", who);
+    size_t ysz = tj_dtype_size(c->out);
+    if (((uintptr_t)a->x & 1) || ((uintptr_t)a->y & (ysz - 1)))
+        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "%s: x must be 2-byte and y %zu-byte (%s) aligned", who, ysz,
+                       tj_dtype_name(c->out));
     if ((l->cols != NULL) != (a->cols != NULL))
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "%s: cols must be given exactly when the layer prunes columns", who);
     if (a->n_fill != l->n - l->ncols || (a->n_fill && !a->fill_rows))

@@ -20,9 +20,11 @@
  * Device data (all device pointers; built on the host by tj_cuda_pack()):
  *   x       activations, dtype cfg.dtype (fp16/bf16 bits). Feature-major (cfg.x_fm): Xᵀ [K × ldx],
  *           element (k, m) at x[k·ldx + m]; row-major: X [M × ldx], element at x[m·ldx + k].
- *           The mma template with feature-major x needs x 16-byte aligned and ldx % 8 == 0.
- *   y       output, dtype cfg.out, 16-byte aligned. Feature-major (cfg.y_fm): [N × ldy], (n, m) at
- *           y[n·ldy + m] (an even ldy lets the mma epilogue store token pairs at once); row-major:
+ *           2-byte aligned. The mma template with feature-major x needs x 16-byte aligned and
+ *           ldx % 8 == 0 (the runtime runs the SIMT kernel for other views).
+ *   y       output, dtype cfg.out, aligned to its element size (a slice view at any element offset
+ *           is fine). Feature-major (cfg.y_fm): [N × ldy], (n, m) at y[n·ldy + m] (an even ldy and
+ *           y aligned to two elements let the mma epilogue store token pairs at once); row-major:
  *           [M × ldy], at y[m·ldy + n]. Every element of the N × M output is written.
  *   w       packed tile weights, dtype cfg.dtype: exactly tj_plan_build(layer, TJ_CUDA_PACK_PAD)
  *           + tj_plan_pack_16: tile t's block at w + plan.off[t], k-major [rows_t][plan.ld[t]],

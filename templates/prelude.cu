@@ -166,12 +166,14 @@ static __device__ __forceinline__ void tj_finish(const tj_args &a, int n, long l
     tj_store_out(a.y, tj_y_index(a, n, m), v);
 }
 
-/* Two neighbouring tokens m, m + 1 of feature n: one 8-byte (fp32) or 4-byte (fp16/bf16) store
- * when y is feature-major with an even ldy (y itself 16-byte aligned, per the ABI). */
+/* Two neighbouring tokens m, m + 1 (m even) of feature n: one 8-byte (fp32) or 4-byte (fp16/bf16)
+ * store when y is feature-major with an even ldy and y is aligned to the pair; y may be any view
+ * aligned to its element (a slice at an odd offset takes the scalar stores: a uniform branch). */
 static __device__ __forceinline__ void tj_finish2(const tj_args &a, int n, int m, float acc0, float acc1)
 {
 #if TJ_Y_FM
-    if (m + 1 < a.m && (a.ldy & 1) == 0) {
+    const unsigned long long pair = TJ_OUT_KIND == 0 ? 8ull : 4ull;
+    if (m + 1 < a.m && (a.ldy & 1) == 0 && ((unsigned long long)a.y & (pair - 1ull)) == 0) {
         const float b = a.bias ? a.bias[n] : 0.0f;
         float v0 = acc0 + b, v1 = acc1 + b;
         if (!tj_defer_act(a, n)) {

@@ -440,7 +440,7 @@ static void check_case(const tj_random_spec *spec, const char *cfg_json, int m)
         bad.ldx = c.x_fm ? m - 1 : l.k - 1;
         CHECK(tj_cuda_args_check(&l, &c, &bad, &err) == TJ_ERR_INVALID_ARGUMENT);
         bad = a;
-        bad.y = (char *)ydev + 2;
+        bad.y = (char *)ydev + 1; /* not aligned to any output element */
         CHECK(tj_cuda_args_check(&l, &c, &bad, &err) == TJ_ERR_INVALID_ARGUMENT);
         bad = a;
         bad.n_fill = a.n_fill + 1;
