@@ -525,6 +525,9 @@ static void emit_table(tj_strbuf *sb, const tj_cuda_layout *lay)
     if (lay->nchunks == 0) {
         tj_sb_line(sb, "static __device__ __forceinline__ tj_ofs tj_chunk_ofs(int c)");
         tj_sb_line(sb, "{\n    (void)c;\n    tj_ofs o;\n#pragma unroll\n    for (int i = 0; i < TJ_OFS_WORDS; ++i) o.w[i] = 0ull;\n    o.base = TJ_OFS_WIDE;\n    return o;\n}");
+        tj_sb_line(sb, "typedef int tj_rows;");
+        tj_sb_line(sb, "static __device__ __forceinline__ tj_rows tj_chunk_rows(int c) { return c; }");
+        tj_sb_line(sb, "static __device__ __forceinline__ int tj_row(tj_rows c, int r) { (void)c; (void)r; return 0; }");
         return;
     }
     tj_sb_line(sb, "/* chunk c: words [c * TJ_OFS_WORDS, (c + 1) * TJ_OFS_WORDS), read once per chunk */");
@@ -542,6 +545,15 @@ static void emit_table(tj_strbuf *sb, const tj_cuda_layout *lay)
     tj_sb_line(sb, "    for (int i = 0; i < TJ_OFS_WORDS; ++i) o.w[i] = tj_ofs_tab[c * TJ_OFS_WORDS + i];");
     tj_sb_line(sb, "    o.base = TJ_OFS_WIDE;");
     tj_sb_line(sb, "    return o;");
+    tj_sb_line(sb, "}");
+    tj_sb_line(sb, "/* One thread's row r of chunk c, straight from the table: the word it needs and nothing else");
+    tj_sb_line(sb, " * (a warp's threads share a word, so the constant cache serves it in one access). */");
+    tj_sb_line(sb, "typedef int tj_rows;");
+    tj_sb_line(sb, "static __device__ __forceinline__ tj_rows tj_chunk_rows(int c) { return c; }");
+    tj_sb_line(sb, "static __device__ __forceinline__ int tj_row(tj_rows c, int r)");
+    tj_sb_line(sb, "{");
+    tj_sb_line(sb, "    const unsigned long long w = tj_ofs_tab[c * TJ_OFS_WORDS + r / TJ_OFS_PER_WORD];");
+    tj_sb_line(sb, "    return (int)((w >> ((r %% TJ_OFS_PER_WORD) * TJ_OFS_BITS)) & ((1ull << TJ_OFS_BITS) - 1ull));");
     tj_sb_line(sb, "}");
 }
 
@@ -600,6 +612,10 @@ static void emit_unrolled(tj_strbuf *sb, const tj_cuda_layout *lay, int bk)
     tj_sb_line(sb, "    o.base = TJ_OFS_WIDE;");
     tj_sb_line(sb, "    return o;");
     tj_sb_line(sb, "}");
+    tj_sb_line(sb, "/* The chunk's words once (a call), each thread's rows picked from them. */");
+    tj_sb_line(sb, "typedef tj_ofs tj_rows;");
+    tj_sb_line(sb, "static __device__ __forceinline__ tj_rows tj_chunk_rows(int c) { return tj_chunk_ofs(c); }");
+    tj_sb_line(sb, "static __device__ __forceinline__ int tj_row(const tj_rows &o, int r) { return tj_ofs_get(o, r); }");
 }
 
 static void emit_banner(tj_strbuf *sb, const tj_layer *l, const tj_cuda_config *c, const tj_cuda_layout *lay)

@@ -216,6 +216,42 @@ static __device__ __forceinline__ int tj_ofs_get(const tj_ofs &o, int r)
     return (int)((w >> ((r % TJ_OFS_PER_WORD) * TJ_OFS_BITS)) & ((1ull << TJ_OFS_BITS) - 1ull));
 }
 
+/* Shared-memory PTX on 32-bit shared-window addresses: a block computes its base once
+ * (tj_smem_base) and every later address is that plus offsets, so no 64-bit generic pointer
+ * arithmetic or cvta is left in the main loop. Under TJ_HOST_EXEC (the CPU executor) each
+ * helper calls its instruction's host twin with the same operands. */
+static __device__ __forceinline__ unsigned tj_smem_base(const void *p)
+{
+#ifdef TJ_HOST_EXEC
+    return tj_hx_cvta_to_shared(p);
+#else
+    unsigned s;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(s) : "l"(p));
+    return s;
+#endif
+}
+
+/* cp.async.cg 16 bytes global -> shared [dst]; bytes < 16 zero-fills the rest (0: src unread). */
+static __device__ __forceinline__ void tj_cp16_s(unsigned dst, const void *src, int bytes)
+{
+#ifdef TJ_HOST_EXEC
+    tj_hx_cp_async_cg_16(dst, src, bytes);
+#else
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
+#endif
+}
+
+/* ldmatrix .x4 .trans from shared [addr] (each lane gives one 16-byte row address). */
+static __device__ __forceinline__ void tj_ldsm_x4_t_s(unsigned r[4], unsigned addr)
+{
+#ifdef TJ_HOST_EXEC
+    tj_hx_ldmatrix_x4_trans(r, addr);
+#else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+#endif
+}
+
 /* ---- generated: work items, heaviest first ---- */
 {{ITEMS}}
 /* ---- generated: kept-row offsets ({{OFFSET_MODE}}) ---- */
