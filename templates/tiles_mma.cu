@@ -82,8 +82,10 @@ static __device__ __forceinline__ void tj_load_chunk(const tj_args &a, const tj_
     }
 }
 
-/* At most 128 registers per thread whatever the block size, so two 256-thread blocks fit an SM. */
-#define TJ_MIN_BLOCKS (512 / TJ_THREADS)
+/* At most 128 registers per thread whatever the block size (two 256-thread blocks per SM), unless
+ * a thread holds more than 64 accumulators: then capping would only make ptxas spill. */
+#define TJ_ACC_PER_THREAD (TJ_BM * TJ_BN / TJ_THREADS)
+#define TJ_MIN_BLOCKS (TJ_ACC_PER_THREAD <= 64 ? 512 / TJ_THREADS : 1)
 
 extern "C" __global__ void __launch_bounds__(TJ_THREADS, TJ_MIN_BLOCKS) tj_tiles(const tj_args a)
 {

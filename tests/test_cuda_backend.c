@@ -75,6 +75,7 @@ static double bound_for(tj_dtype in, tj_dtype out)
 
 static int check_cu(tj_status s, tj_error *e, const char *what)
 {
+    tj_test_checks++;
     if (s == TJ_OK) return 1;
     fprintf(stderr, "%s: %s\n", what, e->msg);
     tj_test_failures++;
