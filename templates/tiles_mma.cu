@@ -21,35 +21,68 @@
 
 static __device__ __forceinline__ unsigned tj_smem_addr(const void *p)
 {
+#ifdef TJ_HOST_EXEC
+    return tj_hx_cvta_to_shared(p);
+#else
     unsigned s;
     asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(s) : "l"(p));
     return s;
+#endif
 }
 
 /* 16-byte global -> shared copy; bytes < 16 zero-fills the rest (0: all zeros, src unread). */
 static __device__ __forceinline__ void tj_cp16(void *dst, const void *src, int bytes)
 {
+#ifdef TJ_HOST_EXEC
+    tj_hx_cp_async_cg_16(tj_smem_addr(dst), src, bytes);
+#else
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(tj_smem_addr(dst)), "l"(src), "r"(bytes));
+#endif
 }
-static __device__ __forceinline__ void tj_cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> static __device__ __forceinline__ void tj_cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+static __device__ __forceinline__ void tj_cp_commit()
+{
+#ifdef TJ_HOST_EXEC
+    tj_hx_cp_async_commit_group();
+#else
+    asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+template <int N> static __device__ __forceinline__ void tj_cp_wait()
+{
+#ifdef TJ_HOST_EXEC
+    tj_hx_cp_async_wait_group(N);
+#else
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
+}
 
 static __device__ __forceinline__ void tj_ldsm_x4_t(unsigned r[4], const void *p)
 {
+#ifdef TJ_HOST_EXEC
+    tj_hx_ldmatrix_x4_trans(r, tj_smem_addr(p));
+#else
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tj_smem_addr(p)));
+#endif
 }
 
 static __device__ __forceinline__ void tj_mma(float c[4], const unsigned a[4], const unsigned b[2])
 {
-#if TJ_IN_BF16
+#if defined(TJ_HOST_EXEC) && TJ_IN_BF16
+    tj_hx_mma_m16n8k16_f32_bf16(c, a, b);
+#elif defined(TJ_HOST_EXEC)
+    tj_hx_mma_m16n8k16_f32_f16(c, a, b);
+#elif TJ_IN_BF16
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-#else
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-#endif
                  "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#endif
 }
 
 /* Issues the copies of chunk c (kept rows c*TJ_BK ...) into pipeline stage `stage`. */
