@@ -11,8 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../../runtime/error.h"
-#include "../../templates/host/hx_api.h"
+#include "base/error.h"
+#include "templates/host/hx_api.h"
 
 /* ---- modules ---- */
 

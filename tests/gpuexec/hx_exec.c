@@ -9,7 +9,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "../../gen/strbuf.h"
+#include "base/strbuf.h"
 #include "hx_fiber.h"
 #include "hx_internal.h"
 #include "hx_ptx.h"

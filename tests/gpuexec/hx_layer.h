@@ -5,7 +5,7 @@
 #ifndef TJ_HX_LAYER_H
 #define TJ_HX_LAYER_H
 
-#include "../../gen/emit_cuda.h"
+#include "gen/emit_cuda.h"
 #include "hx.h"
 
 typedef struct tj_hx_layer_case {
@@ -20,6 +20,7 @@ typedef struct tj_hx_layer_result {
     double rel_err;     /* ‖y − ref‖ / ‖ref‖ */
     double max_err;     /* max |y − ref| / (|ref| + rms(ref)) */
     int64_t nonfinite;  /* outputs left NaN (unwritten) or infinite */
+    int64_t pad_writes; /* elements of y's row padding (past M or N) that a kernel overwrote */
     int compiled;       /* the module was compiled (not found in the cache) */
     double compile_s, run_s;
     tj_hx_launch_stats stats;

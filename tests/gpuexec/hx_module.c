@@ -13,7 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../../runtime/cache.h"
+#include "jit/cache.h"
 #include "hx_internal.h"
 
 extern char **environ;
