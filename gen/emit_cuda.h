@@ -162,7 +162,7 @@ tj_status tj_cuda_pack(const tj_layer *l, const tj_cuda_config *c, const void *w
 void tj_cuda_host_data_free(tj_cuda_host_data *d);
 
 /* What the emitter baked: the work items (in launch order) and the packed kept-row words.
- * Exposed for tests and the host emulation (tests/test_cuda_emulate.c). */
+ * Exposed for tests. */
 typedef struct tj_cuda_item {
     int64_t wofs;  /* element offset of the tile's packed block */
     int32_t ld, nrows, fbase, width, wcol, cbase;

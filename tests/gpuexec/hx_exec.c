@@ -394,7 +394,6 @@ static void run_ldmatrix(tj_hx_exec *e, hx_warp *w, int warp)
 
 static void run_mma(tj_hx_exec *e, hx_warp *w, int warp)
 {
-    (void)e;
     hx_thread *lanes = &e->threads[warp * 32];
     uint32_t a[32][4], b[32][2];
     float cd[32][4];
