@@ -84,8 +84,8 @@ static const tj_hx_api *tj_hx;
 tj_hx_builtins tj_hx_bi;
 /* Dynamic shared memory (every `extern __shared__` array is an alias of it). 16-byte aligned as
  * on the GPU; 128 here so that an address's alignment modulo 128 is the same as there. */
-extern "C" __attribute__((visibility("default"), aligned(128))) unsigned char tj_hx_dynamic_smem[232448];
-unsigned char tj_hx_dynamic_smem[232448];
+extern "C" __attribute__((visibility("default"), aligned(128))) unsigned char tj_hx_dynamic_smem[TJ_HX_SMEM_CAPACITY];
+unsigned char tj_hx_dynamic_smem[TJ_HX_SMEM_CAPACITY];
 
 TJ_HX_EXPORT int tj_hx_module_bind(const tj_hx_api *api)
 {

@@ -8,6 +8,8 @@
 #include <stddef.h>
 
 #define TJ_HX_API_VERSION 1
+/* Dynamic shared memory a module provides: 227 KiB, sm_90's opt-in maximum per block. */
+#define TJ_HX_SMEM_CAPACITY 232448
 
 typedef struct tj_hx_dim3 {
     unsigned x, y, z;

@@ -616,6 +616,7 @@ static tj_status ensure_threads(tj_hx_exec *e, int n, tj_error *err)
 {
     if (n <= e->nstacks) return TJ_OK;
     if (e->stacks) munmap(e->stacks, e->stacks_bytes);
+    for (int i = 0; e->threads && i < e->nstacks; i++) free(e->threads[i].cp);
     free(e->threads);
     free(e->warps);
     e->stacks = NULL;

@@ -4,7 +4,7 @@
 
 #include "hx.h"
 
-#define HX_SMEM_CAPACITY 232448 /* tj_hx_dynamic_smem in cuda_host.h: 227 KiB, sm_90's opt-in maximum */
+#define HX_SMEM_CAPACITY TJ_HX_SMEM_CAPACITY /* tj_hx_dynamic_smem in cuda_host.h */
 
 struct tj_hx_module {
     void *dl;
