@@ -570,6 +570,15 @@ static void emit_unrolled(tj_strbuf *sb, const tj_cuda_layout *lay, int bk)
     tj_sb_line(sb, "#define TJ_IMM2(i, a, b) asm(\"mov.b64 %%0, \" #a \"; mov.b64 %%1, \" #b \";\" : \"=l\"(o.w[i]), \"=l\"(o.w[i + 1]))");
     tj_sb_line(sb, "/* TJ_BASE(TJ_OFS_WIDE): 16/32-bit indices follow; any other base: a narrow chunk, bytes follow. */");
     tj_sb_line(sb, "#define TJ_BASE(v) asm(\"mov.b32 %%0, \" #v \";\" : \"=r\"(o.base))");
+    /* the host executor's twins (templates/host/cuda_host.h): the same immediates, as assignments */
+    tj_sb_line(sb, "#ifdef TJ_HOST_EXEC");
+    tj_sb_line(sb, "#undef TJ_IMM4");
+    tj_sb_line(sb, "#undef TJ_IMM2");
+    tj_sb_line(sb, "#undef TJ_BASE");
+    tj_sb_line(sb, "#define TJ_IMM4(i, a, b, c, d) (o.w[i] = a##ull, o.w[i + 1] = b##ull, o.w[i + 2] = c##ull, o.w[i + 3] = d##ull)");
+    tj_sb_line(sb, "#define TJ_IMM2(i, a, b) (o.w[i] = a##ull, o.w[i + 1] = b##ull)");
+    tj_sb_line(sb, "#define TJ_BASE(v) (o.base = v##u)");
+    tj_sb_line(sb, "#endif");
     for (int64_t f = 0; f < nfn; f++) {
         int64_t c0 = f * UNROLL_CHUNKS_PER_FN, c1 = c0 + UNROLL_CHUNKS_PER_FN;
         if (c1 > lay->nchunks) c1 = lay->nchunks;

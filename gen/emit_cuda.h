@@ -58,7 +58,7 @@
 
 #define TJ_CUDA_ABI_VERSION 1
 /* Bumped whenever emitted source may change for the same inputs (part of the cache key). */
-#define TJ_CUDA_GEN_VERSION "tilejit-cuda-gen-1"
+#define TJ_CUDA_GEN_VERSION "tilejit-cuda-gen-2"
 #define TJ_CUDA_PACK_PAD 8      /* tj_plan pad of the packed weights (16 bytes of halves) */
 #define TJ_CUDA_AUX_THREADS 256 /* block size of tj_fill and tj_ew */
 #define TJ_CUDA_MAX_LAUNCHES 3
@@ -164,7 +164,7 @@ tj_status tj_cuda_pack(const tj_layer *l, const tj_cuda_config *c, const void *w
 void tj_cuda_host_data_free(tj_cuda_host_data *d);
 
 /* What the emitter baked: the work items (in launch order) and the packed kept-row words.
- * Exposed for tests and the host emulation (tests/test_cuda_emulate.c). */
+ * Exposed for tests. */
 typedef struct tj_cuda_item {
     int64_t wofs;  /* element offset of the tile's packed block */
     int32_t ld, nrows, fbase, width, wcol, cbase;

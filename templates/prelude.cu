@@ -61,11 +61,63 @@ struct tj_ofs {
     unsigned base;
 };
 
+/* Each inline PTX statement sits alone in a small helper; under TJ_HOST_EXEC (the host executor,
+ * templates/host/cuda_host.h) the helper calls the instruction's host twin instead, with the same
+ * operands in the same order, so everything around the instruction is the code that runs. */
 static __device__ __forceinline__ float tj_f16_to_f32(tj_raw16 h)
 {
+#ifdef TJ_HOST_EXEC
+    return tj_hx_cvt_f32_f16(h);
+#else
     float f;
     asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
     return f;
+#endif
+}
+
+static __device__ __forceinline__ tj_raw16 tj_cvt_rn_f16(float v)
+{
+#ifdef TJ_HOST_EXEC
+    return tj_hx_cvt_rn_f16_f32(v);
+#else
+    tj_raw16 h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
+    return h;
+#endif
+}
+
+static __device__ __forceinline__ tj_raw16 tj_cvt_rn_bf16(float v)
+{
+#ifdef TJ_HOST_EXEC
+    return tj_hx_cvt_rn_bf16_f32(v);
+#else
+    tj_raw16 h;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(v));
+    return h;
+#endif
+}
+
+/* cvt.rn.{f16x2,bf16x2}.f32 d, a, b: a goes to the upper half of d, b to the lower half. */
+static __device__ __forceinline__ unsigned tj_cvt_rn_f16x2(float hi, float lo)
+{
+#ifdef TJ_HOST_EXEC
+    return tj_hx_cvt_rn_f16x2_f32(hi, lo);
+#else
+    unsigned u;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(u) : "f"(hi), "f"(lo));
+    return u;
+#endif
+}
+
+static __device__ __forceinline__ unsigned tj_cvt_rn_bf16x2(float hi, float lo)
+{
+#ifdef TJ_HOST_EXEC
+    return tj_hx_cvt_rn_bf16x2_f32(hi, lo);
+#else
+    unsigned u;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(u) : "f"(hi), "f"(lo));
+    return u;
+#endif
 }
 
 static __device__ __forceinline__ float tj_bf16_to_f32(tj_raw16 h) { return __uint_as_float(((unsigned)h) << 16); }
@@ -85,13 +137,9 @@ static __device__ __forceinline__ void tj_store_out(void *y, long long i, float 
 #if TJ_OUT_KIND == 0
     ((float *)y)[i] = v;
 #elif TJ_OUT_KIND == 1
-    tj_raw16 h;
-    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
-    ((tj_raw16 *)y)[i] = h;
+    ((tj_raw16 *)y)[i] = tj_cvt_rn_f16(v);
 #else
-    tj_raw16 h;
-    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(v));
-    ((tj_raw16 *)y)[i] = h;
+    ((tj_raw16 *)y)[i] = tj_cvt_rn_bf16(v);
 #endif
 }
 
@@ -184,13 +232,8 @@ static __device__ __forceinline__ void tj_finish2(const tj_args &a, int n, int m
 #if TJ_OUT_KIND == 0
         *(float2 *)((float *)a.y + i) = make_float2(v0, v1);
 #else
-        unsigned u; /* cvt.*x2: the first source goes to the upper half (token m + 1) */
-#if TJ_OUT_KIND == 1
-        asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(u) : "f"(v1), "f"(v0));
-#else
-        asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(u) : "f"(v1), "f"(v0));
-#endif
-        *(unsigned *)((tj_raw16 *)a.y + i) = u;
+        /* token m + 1 in the upper half */
+        *(unsigned *)((tj_raw16 *)a.y + i) = TJ_OUT_KIND == 1 ? tj_cvt_rn_f16x2(v1, v0) : tj_cvt_rn_bf16x2(v1, v0);
 #endif
         return;
     }

@@ -19,19 +19,40 @@
 #define TJ_XPASS (TJ_BK / TJ_XRP)
 #define TJ_WPASS (TJ_BK / TJ_WRP)
 
-static __device__ __forceinline__ void tj_cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> static __device__ __forceinline__ void tj_cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+static __device__ __forceinline__ void tj_cp_commit()
+{
+#ifdef TJ_HOST_EXEC
+    tj_hx_cp_async_commit_group();
+#else
+    asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+template <int N> static __device__ __forceinline__ void tj_cp_wait()
+{
+#ifdef TJ_HOST_EXEC
+    tj_hx_cp_async_wait_group(N);
+#else
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
+}
 
 static __device__ __forceinline__ void tj_mma(float c[4], const unsigned a[4], const unsigned b[2])
 {
-#if TJ_IN_BF16
+#if defined(TJ_HOST_EXEC) && TJ_IN_BF16
+    tj_hx_mma_m16n8k16_f32_bf16(c, a, b);
+#elif defined(TJ_HOST_EXEC)
+    tj_hx_mma_m16n8k16_f32_f16(c, a, b);
+#elif TJ_IN_BF16
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-#else
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-#endif
                  "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#endif
 }
 
 /* Issues the copies of chunk c (kept rows c*TJ_BK ...) into the pipeline stage whose weights start
