@@ -335,8 +335,12 @@ tj_status tj_cuda_args_check(const tj_layer *l, const tj_cuda_config *c, const t
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT,
                        "%s: the mma kernel gathers x in 16-byte pieces: x must be 16-byte aligned and ldx (%lld) a multiple of 8",
                        who, (long long)a->ldx);
-    if (((uintptr_t)a->w & 15) || ((uintptr_t)a->y & 15))
-        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "%s: w and y must be 16-byte aligned", who);
+    if ((uintptr_t)a->w & 15)
+        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "%s: the packed weights must be 16-byte aligned", who);
+    size_t ysz = tj_dtype_size(c->out);
+    if (((uintptr_t)a->x & 1) || ((uintptr_t)a->y & (ysz - 1)))
+        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "%s: x must be 2-byte and y %zu-byte (%s) aligned", who, ysz,
+                       tj_dtype_name(c->out));
     if ((l->cols != NULL) != (a->cols != NULL))
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "%s: cols must be given exactly when the layer prunes columns", who);
     if (a->n_fill != l->n - l->ncols || (a->n_fill && !a->fill_rows))
@@ -521,6 +525,9 @@ static void emit_table(tj_strbuf *sb, const tj_cuda_layout *lay)
     if (lay->nchunks == 0) {
         tj_sb_line(sb, "static __device__ __forceinline__ tj_ofs tj_chunk_ofs(int c)");
         tj_sb_line(sb, "{\n    (void)c;\n    tj_ofs o;\n#pragma unroll\n    for (int i = 0; i < TJ_OFS_WORDS; ++i) o.w[i] = 0ull;\n    o.base = TJ_OFS_WIDE;\n    return o;\n}");
+        tj_sb_line(sb, "typedef int tj_rows;");
+        tj_sb_line(sb, "static __device__ __forceinline__ tj_rows tj_chunk_rows(int c) { return c; }");
+        tj_sb_line(sb, "static __device__ __forceinline__ int tj_row(tj_rows c, int r) { (void)c; (void)r; return 0; }");
         return;
     }
     tj_sb_line(sb, "/* chunk c: words [c * TJ_OFS_WORDS, (c + 1) * TJ_OFS_WORDS), read once per chunk */");
@@ -539,6 +546,15 @@ static void emit_table(tj_strbuf *sb, const tj_cuda_layout *lay)
     tj_sb_line(sb, "    o.base = TJ_OFS_WIDE;");
     tj_sb_line(sb, "    return o;");
     tj_sb_line(sb, "}");
+    tj_sb_line(sb, "/* One thread's row r of chunk c, straight from the table: the word it needs and nothing else");
+    tj_sb_line(sb, " * (a warp's threads share a word, so the constant cache serves it in one access). */");
+    tj_sb_line(sb, "typedef int tj_rows;");
+    tj_sb_line(sb, "static __device__ __forceinline__ tj_rows tj_chunk_rows(int c) { return c; }");
+    tj_sb_line(sb, "static __device__ __forceinline__ int tj_row(tj_rows c, int r)");
+    tj_sb_line(sb, "{");
+    tj_sb_line(sb, "    const unsigned long long w = tj_ofs_tab[c * TJ_OFS_WORDS + r / TJ_OFS_PER_WORD];");
+    tj_sb_line(sb, "    return (int)((w >> ((r %% TJ_OFS_PER_WORD) * TJ_OFS_BITS)) & ((1ull << TJ_OFS_BITS) - 1ull));");
+    tj_sb_line(sb, "}");
 }
 
 static void emit_unrolled(tj_strbuf *sb, const tj_cuda_layout *lay, int bk)
@@ -554,6 +570,15 @@ static void emit_unrolled(tj_strbuf *sb, const tj_cuda_layout *lay, int bk)
     tj_sb_line(sb, "#define TJ_IMM2(i, a, b) asm(\"mov.b64 %%0, \" #a \"; mov.b64 %%1, \" #b \";\" : \"=l\"(o.w[i]), \"=l\"(o.w[i + 1]))");
     tj_sb_line(sb, "/* TJ_BASE(TJ_OFS_WIDE): 16/32-bit indices follow; any other base: a narrow chunk, bytes follow. */");
     tj_sb_line(sb, "#define TJ_BASE(v) asm(\"mov.b32 %%0, \" #v \";\" : \"=r\"(o.base))");
+    /* the host executor's twins (templates/host/cuda_host.h): the same immediates, as assignments */
+    tj_sb_line(sb, "#ifdef TJ_HOST_EXEC");
+    tj_sb_line(sb, "#undef TJ_IMM4");
+    tj_sb_line(sb, "#undef TJ_IMM2");
+    tj_sb_line(sb, "#undef TJ_BASE");
+    tj_sb_line(sb, "#define TJ_IMM4(i, a, b, c, d) (o.w[i] = a##ull, o.w[i + 1] = b##ull, o.w[i + 2] = c##ull, o.w[i + 3] = d##ull)");
+    tj_sb_line(sb, "#define TJ_IMM2(i, a, b) (o.w[i] = a##ull, o.w[i + 1] = b##ull)");
+    tj_sb_line(sb, "#define TJ_BASE(v) (o.base = v##u)");
+    tj_sb_line(sb, "#endif");
     for (int64_t f = 0; f < nfn; f++) {
         int64_t c0 = f * UNROLL_CHUNKS_PER_FN, c1 = c0 + UNROLL_CHUNKS_PER_FN;
         if (c1 > lay->nchunks) c1 = lay->nchunks;
@@ -596,6 +621,10 @@ static void emit_unrolled(tj_strbuf *sb, const tj_cuda_layout *lay, int bk)
     tj_sb_line(sb, "    o.base = TJ_OFS_WIDE;");
     tj_sb_line(sb, "    return o;");
     tj_sb_line(sb, "}");
+    tj_sb_line(sb, "/* The chunk's words once (a call), each thread's rows picked from them. */");
+    tj_sb_line(sb, "typedef tj_ofs tj_rows;");
+    tj_sb_line(sb, "static __device__ __forceinline__ tj_rows tj_chunk_rows(int c) { return tj_chunk_ofs(c); }");
+    tj_sb_line(sb, "static __device__ __forceinline__ int tj_row(const tj_rows &o, int r) { return tj_ofs_get(o, r); }");
 }
 
 static void emit_banner(tj_strbuf *sb, const tj_layer *l, const tj_cuda_config *c, const tj_cuda_layout *lay)

@@ -20,9 +20,11 @@
  * Device data (all device pointers; built on the host by tj_cuda_pack()):
  *   x       activations, dtype cfg.dtype (fp16/bf16 bits). Feature-major (cfg.x_fm): Xᵀ [K × ldx],
  *           element (k, m) at x[k·ldx + m]; row-major: X [M × ldx], element at x[m·ldx + k].
- *           The mma template with feature-major x needs x 16-byte aligned and ldx % 8 == 0.
- *   y       output, dtype cfg.out, 16-byte aligned. Feature-major (cfg.y_fm): [N × ldy], (n, m) at
- *           y[n·ldy + m] (an even ldy lets the mma epilogue store token pairs at once); row-major:
+ *           2-byte aligned. The mma template with feature-major x needs x 16-byte aligned and
+ *           ldx % 8 == 0 (the runtime runs the SIMT kernel for other views).
+ *   y       output, dtype cfg.out, aligned to its element size (a slice view at any element offset
+ *           is fine). Feature-major (cfg.y_fm): [N × ldy], (n, m) at y[n·ldy + m] (an even ldy and
+ *           y aligned to two elements let the mma epilogue store token pairs at once); row-major:
  *           [M × ldy], at y[m·ldy + n]. Every element of the N × M output is written.
  *   w       packed tile weights, dtype cfg.dtype: exactly tj_plan_build(layer, TJ_CUDA_PACK_PAD)
  *           + tj_plan_pack_16: tile t's block at w + plan.off[t], k-major [rows_t][plan.ld[t]],
@@ -56,7 +58,7 @@
 
 #define TJ_CUDA_ABI_VERSION 1
 /* Bumped whenever emitted source may change for the same inputs (part of the cache key). */
-#define TJ_CUDA_GEN_VERSION "tilejit-cuda-gen-1"
+#define TJ_CUDA_GEN_VERSION "tilejit-cuda-gen-2"
 #define TJ_CUDA_PACK_PAD 8      /* tj_plan pad of the packed weights (16 bytes of halves) */
 #define TJ_CUDA_AUX_THREADS 256 /* block size of tj_fill and tj_ew */
 #define TJ_CUDA_MAX_LAUNCHES 3
@@ -162,7 +164,7 @@ tj_status tj_cuda_pack(const tj_layer *l, const tj_cuda_config *c, const void *w
 void tj_cuda_host_data_free(tj_cuda_host_data *d);
 
 /* What the emitter baked: the work items (in launch order) and the packed kept-row words.
- * Exposed for tests and the host emulation (tests/test_cuda_emulate.c). */
+ * Exposed for tests. */
 typedef struct tj_cuda_item {
     int64_t wofs;  /* element offset of the tile's packed block */
     int32_t ld, nrows, fbase, width, wcol, cbase;

@@ -60,6 +60,8 @@ tj_status tj_cuda_device_open(int ordinal, tj_cuda_device **out, tj_error *err)
     d->l2_bytes = l2;
     d->smem_optin = optin;
     d->total_mem = (int64_t)total;
+    const char *sync = getenv("TILEJIT_SYNC_CHECK");
+    d->sync_check = sync && *sync && strcmp(sync, "0") != 0;
     if (d->sm < TJ_CUDA_MIN_SM) {
         s = tj_fail(err, TJ_ERR_UNSUPPORTED,
                     "CUDA device %d (%s) has compute capability %d.%d; tilejit's kernels need %d.%d or newer",
@@ -291,10 +293,12 @@ tj_status tj_cuda_kernel_launch(tj_cuda_device *d, const tj_cuda_kernel *k, cons
     a.m = (int32_t)m;
     a.n_fill = (int32_t)data->n_fill;
     a.n_ew_rows = (int32_t)data->n_ew_rows;
+    /* A misaligned or short view is a message here, never a fault in the kernel. */
+    tj_status s = tj_cuda_args_check(l, &k->cfg, &a, err);
+    if (s != TJ_OK) return s;
     void *params[] = {&a};
     CUcontext prev = NULL;
     TJ_TRY(tj_cuda_device_bind(d, &prev, err));
-    tj_status s = TJ_OK;
     for (int i = 0; i < count && s == TJ_OK; i++) {
         const tj_cuda_launch *L = &launches[i];
         CUfunction f = strcmp(L->kernel, "tj_tiles") == 0 ? k->tiles : strcmp(L->kernel, "tj_fill") == 0 ? k->fill : k->ew;
@@ -304,8 +308,16 @@ tj_status tj_cuda_kernel_launch(tj_cuda_device *d, const tj_cuda_kernel *k, cons
         }
         s = TJ_CU(&d->cu, err, LaunchKernel(f, L->grid[0], L->grid[1], L->grid[2], L->block[0], L->block[1],
                                             L->block[2], L->smem, stream, params, NULL));
-        if (s != TJ_OK) tj_error_prefix(err, "layer '%s': launching %s (grid %u, block %u, smem %u)", l->name, L->kernel,
-                                        L->grid[0], L->block[0], L->smem);
+        if (s != TJ_OK) {
+            tj_error_prefix(err, "layer '%s': launching %s (grid %u, block %u, smem %u)", l->name, L->kernel,
+                            L->grid[0], L->block[0], L->smem);
+            break;
+        }
+        /* Sync-check mode: a fault surfaces here, attributed to this layer and kernel, instead of
+         * at some later call of some other layer (errors of asynchronous launches are sticky). */
+        if (d->sync_check && (s = TJ_CU(&d->cu, err, StreamSynchronize(stream))) != TJ_OK)
+            tj_error_prefix(err, "layer '%s': kernel %s (grid %u, block %u, smem %u, M %lld) failed on the device "
+                            "(TILEJIT_SYNC_CHECK)", l->name, L->kernel, L->grid[0], L->block[0], L->smem, (long long)m);
     }
     tj_cuda_device_unbind(d, prev);
     return s;
@@ -384,6 +396,7 @@ static tj_status cuda_available(tj_context *c, tj_error *err)
     char desc[512];
     tj_cuda_device_describe(cc->dev, desc, sizeof desc);
     tj_context_note(c, "cuda: device %d: %s", c->opt.device, desc);
+    if (cc->dev->sync_check) tj_context_note(c, "cuda: TILEJIT_SYNC_CHECK: synchronising after every kernel launch");
     return TJ_OK;
 }
 
@@ -608,6 +621,13 @@ static tj_status linear_device(tj_model *m, int64_t layer, const tj_linear_args 
     TJ_TRY(device_ld(y, "y", &ldy, err));
     CUdeviceptr xp = (CUdeviceptr)(uintptr_t)x->data + x->byte_offset;
     CUdeviceptr yp = (CUdeviceptr)(uintptr_t)y->data + y->byte_offset;
+    /* Views at any element offset are fine (the kernels check vector alignment themselves or the
+     * SIMT kernel runs); a pointer that is not even aligned to its element is a caller's bug. */
+    size_t ysz = tj_dtype_size(ydt);
+    if ((xp & 1) || (yp & (ysz - 1)))
+        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "%s: device address 0x%llx (data + byte_offset) is not aligned to its "
+                       "%zu-byte elements", (xp & 1) ? "x" : "y", (unsigned long long)((xp & 1) ? xp : yp),
+                       (xp & 1) ? (size_t)2 : ysz);
     tj_cuda_config cfg = cm->layers[layer].cfg;
     cfg.x_fm = cfg.y_fm = fm;
     cfg.dtype = xdt;

@@ -32,6 +32,7 @@ typedef struct tj_cuda_device {
     int64_t smem_optin;   /* largest dynamic shared memory a block may opt in to */
     int64_t total_mem;
     char name[256];
+    int sync_check;       /* TILEJIT_SYNC_CHECK=1: synchronise after every launch, name the faulting one */
 } tj_cuda_device;
 
 /* Opens the driver and device `ordinal` and retains its primary context. Fails with

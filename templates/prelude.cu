@@ -61,11 +61,63 @@ struct tj_ofs {
     unsigned base;
 };
 
+/* Each inline PTX statement sits alone in a small helper; under TJ_HOST_EXEC (the host executor,
+ * templates/host/cuda_host.h) the helper calls the instruction's host twin instead, with the same
+ * operands in the same order, so everything around the instruction is the code that runs. */
 static __device__ __forceinline__ float tj_f16_to_f32(tj_raw16 h)
 {
+#ifdef TJ_HOST_EXEC
+    return tj_hx_cvt_f32_f16(h);
+#else
     float f;
     asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
     return f;
+#endif
+}
+
+static __device__ __forceinline__ tj_raw16 tj_cvt_rn_f16(float v)
+{
+#ifdef TJ_HOST_EXEC
+    return tj_hx_cvt_rn_f16_f32(v);
+#else
+    tj_raw16 h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
+    return h;
+#endif
+}
+
+static __device__ __forceinline__ tj_raw16 tj_cvt_rn_bf16(float v)
+{
+#ifdef TJ_HOST_EXEC
+    return tj_hx_cvt_rn_bf16_f32(v);
+#else
+    tj_raw16 h;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(v));
+    return h;
+#endif
+}
+
+/* cvt.rn.{f16x2,bf16x2}.f32 d, a, b: a goes to the upper half of d, b to the lower half. */
+static __device__ __forceinline__ unsigned tj_cvt_rn_f16x2(float hi, float lo)
+{
+#ifdef TJ_HOST_EXEC
+    return tj_hx_cvt_rn_f16x2_f32(hi, lo);
+#else
+    unsigned u;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(u) : "f"(hi), "f"(lo));
+    return u;
+#endif
+}
+
+static __device__ __forceinline__ unsigned tj_cvt_rn_bf16x2(float hi, float lo)
+{
+#ifdef TJ_HOST_EXEC
+    return tj_hx_cvt_rn_bf16x2_f32(hi, lo);
+#else
+    unsigned u;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(u) : "f"(hi), "f"(lo));
+    return u;
+#endif
 }
 
 static __device__ __forceinline__ float tj_bf16_to_f32(tj_raw16 h) { return __uint_as_float(((unsigned)h) << 16); }
@@ -85,13 +137,9 @@ static __device__ __forceinline__ void tj_store_out(void *y, long long i, float 
 #if TJ_OUT_KIND == 0
     ((float *)y)[i] = v;
 #elif TJ_OUT_KIND == 1
-    tj_raw16 h;
-    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
-    ((tj_raw16 *)y)[i] = h;
+    ((tj_raw16 *)y)[i] = tj_cvt_rn_f16(v);
 #else
-    tj_raw16 h;
-    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(v));
-    ((tj_raw16 *)y)[i] = h;
+    ((tj_raw16 *)y)[i] = tj_cvt_rn_bf16(v);
 #endif
 }
 
@@ -166,12 +214,14 @@ static __device__ __forceinline__ void tj_finish(const tj_args &a, int n, long l
     tj_store_out(a.y, tj_y_index(a, n, m), v);
 }
 
-/* Two neighbouring tokens m, m + 1 of feature n: one 8-byte (fp32) or 4-byte (fp16/bf16) store
- * when y is feature-major with an even ldy (y itself 16-byte aligned, per the ABI). */
+/* Two neighbouring tokens m, m + 1 (m even) of feature n: one 8-byte (fp32) or 4-byte (fp16/bf16)
+ * store when y is feature-major with an even ldy and y is aligned to the pair; y may be any view
+ * aligned to its element (a slice at an odd offset takes the scalar stores: a uniform branch). */
 static __device__ __forceinline__ void tj_finish2(const tj_args &a, int n, int m, float acc0, float acc1)
 {
 #if TJ_Y_FM
-    if (m + 1 < a.m && (a.ldy & 1) == 0) {
+    const unsigned long long pair = TJ_OUT_KIND == 0 ? 8ull : 4ull;
+    if (m + 1 < a.m && (a.ldy & 1) == 0 && ((unsigned long long)a.y & (pair - 1ull)) == 0) {
         const float b = a.bias ? a.bias[n] : 0.0f;
         float v0 = acc0 + b, v1 = acc1 + b;
         if (!tj_defer_act(a, n)) {
@@ -182,13 +232,8 @@ static __device__ __forceinline__ void tj_finish2(const tj_args &a, int n, int m
 #if TJ_OUT_KIND == 0
         *(float2 *)((float *)a.y + i) = make_float2(v0, v1);
 #else
-        unsigned u; /* cvt.*x2: the first source goes to the upper half (token m + 1) */
-#if TJ_OUT_KIND == 1
-        asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(u) : "f"(v1), "f"(v0));
-#else
-        asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(u) : "f"(v1), "f"(v0));
-#endif
-        *(unsigned *)((tj_raw16 *)a.y + i) = u;
+        /* token m + 1 in the upper half */
+        *(unsigned *)((tj_raw16 *)a.y + i) = TJ_OUT_KIND == 1 ? tj_cvt_rn_f16x2(v1, v0) : tj_cvt_rn_bf16x2(v1, v0);
 #endif
         return;
     }
@@ -212,6 +257,42 @@ static __device__ __forceinline__ int tj_ofs_get(const tj_ofs &o, int r)
     for (int i = 1; i < TJ_OFS_WORDS; ++i)
         if (r / TJ_OFS_PER_WORD == i) w = o.w[i];
     return (int)((w >> ((r % TJ_OFS_PER_WORD) * TJ_OFS_BITS)) & ((1ull << TJ_OFS_BITS) - 1ull));
+}
+
+/* Shared-memory PTX on 32-bit shared-window addresses: a block computes its base once
+ * (tj_smem_base) and every later address is that plus offsets, so no 64-bit generic pointer
+ * arithmetic or cvta is left in the main loop. Under TJ_HOST_EXEC (the CPU executor) each
+ * helper calls its instruction's host twin with the same operands. */
+static __device__ __forceinline__ unsigned tj_smem_base(const void *p)
+{
+#ifdef TJ_HOST_EXEC
+    return tj_hx_cvta_to_shared(p);
+#else
+    unsigned s;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(s) : "l"(p));
+    return s;
+#endif
+}
+
+/* cp.async.cg 16 bytes global -> shared [dst]; bytes < 16 zero-fills the rest (0: src unread). */
+static __device__ __forceinline__ void tj_cp16_s(unsigned dst, const void *src, int bytes)
+{
+#ifdef TJ_HOST_EXEC
+    tj_hx_cp_async_cg_16(dst, src, bytes);
+#else
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
+#endif
+}
+
+/* ldmatrix .x4 .trans from shared [addr] (each lane gives one 16-byte row address). */
+static __device__ __forceinline__ void tj_ldsm_x4_t_s(unsigned r[4], unsigned addr)
+{
+#ifdef TJ_HOST_EXEC
+    tj_hx_ldmatrix_x4_trans(r, addr);
+#else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+#endif
 }
 
 /* ---- generated: work items, heaviest first ---- */

@@ -19,59 +19,65 @@
 #define TJ_XPASS (TJ_BK / TJ_XRP)
 #define TJ_WPASS (TJ_BK / TJ_WRP)
 
-static __device__ __forceinline__ unsigned tj_smem_addr(const void *p)
+static __device__ __forceinline__ void tj_cp_commit()
 {
-    unsigned s;
-    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(s) : "l"(p));
-    return s;
+#ifdef TJ_HOST_EXEC
+    tj_hx_cp_async_commit_group();
+#else
+    asm volatile("cp.async.commit_group;\n" ::);
+#endif
 }
-
-/* 16-byte global -> shared copy; bytes < 16 zero-fills the rest (0: all zeros, src unread). */
-static __device__ __forceinline__ void tj_cp16(void *dst, const void *src, int bytes)
+template <int N> static __device__ __forceinline__ void tj_cp_wait()
 {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(tj_smem_addr(dst)), "l"(src), "r"(bytes));
-}
-static __device__ __forceinline__ void tj_cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> static __device__ __forceinline__ void tj_cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
-
-static __device__ __forceinline__ void tj_ldsm_x4_t(unsigned r[4], const void *p)
-{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tj_smem_addr(p)));
+#ifdef TJ_HOST_EXEC
+    tj_hx_cp_async_wait_group(N);
+#else
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
 }
 
 static __device__ __forceinline__ void tj_mma(float c[4], const unsigned a[4], const unsigned b[2])
 {
-#if TJ_IN_BF16
+#if defined(TJ_HOST_EXEC) && TJ_IN_BF16
+    tj_hx_mma_m16n8k16_f32_bf16(c, a, b);
+#elif defined(TJ_HOST_EXEC)
+    tj_hx_mma_m16n8k16_f32_f16(c, a, b);
+#elif TJ_IN_BF16
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-#else
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-#endif
                  "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#endif
 }
 
-/* Issues the copies of chunk c (kept rows c*TJ_BK ...) into pipeline stage `stage`. */
+/* Issues the copies of chunk c (kept rows c*TJ_BK ...) into the pipeline stage whose weights start
+ * at shared address ws and whose gathered x rows start at xs (xsp: the same, as a pointer, for the
+ * row-major transpose). Each thread fetches only its own kept-row indices (tj_row). */
 static __device__ __forceinline__ void tj_load_chunk(const tj_args &a, const tj_item &it, int m0, int c,
-                                                     tj_raw16 *ws, tj_raw16 *xs, int tid)
+                                                     unsigned ws, unsigned xs, tj_raw16 *xsp, int tid)
 {
-    const tj_ofs o = tj_chunk_ofs(it.cbase + c);
+    const tj_rows rows = tj_chunk_rows(it.cbase + c);
     const int q = tid / TJ_XSEG, seg = tid % TJ_XSEG;
     if (TJ_XRP * TJ_XSEG == TJ_THREADS || tid < TJ_XRP * TJ_XSEG) {
 #pragma unroll
         for (int p = 0; p < TJ_XPASS; ++p) {
             const int lr = p * TJ_XRP + q;
             const bool rok = c * TJ_BK + lr < it.nrows;
-            const long long k = tj_ofs_get(o, lr);
+            const long long k = tj_row(rows, lr);
             const int mm = m0 + seg * 8;
-            tj_raw16 *dst = xs + lr * TJ_XS_LD + seg * 8;
 #if TJ_X_FM
+            (void)xsp;
             const int left = a.m - mm;
             const int bytes = rok && left > 0 ? (left >= 8 ? 16 : 2 * left) : 0;
-            tj_cp16(dst, a.x + (bytes ? k * a.ldx + mm : 0), bytes);
+            tj_cp16_s(xs + (unsigned)(lr * TJ_XS_LD + seg * 8) * 2u, a.x + (bytes ? k * a.ldx + mm : 0), bytes);
 #else
             /* Row-major x: a fused transpose, eight 2-byte loads per 16-byte segment. */
+            (void)xs;
             unsigned v[4];
 #pragma unroll
             for (int e = 0; e < 8; e += 2) {
@@ -79,7 +85,7 @@ static __device__ __forceinline__ void tj_load_chunk(const tj_args &a, const tj_
                 const unsigned hi = rok && mm + e + 1 < a.m ? a.x[(long long)(mm + e + 1) * a.ldx + k] : 0u;
                 v[e / 2] = lo | (hi << 16);
             }
-            *(uint4 *)dst = make_uint4(v[0], v[1], v[2], v[3]);
+            *(uint4 *)(xsp + lr * TJ_XS_LD + seg * 8) = make_uint4(v[0], v[1], v[2], v[3]);
 #endif
         }
     }
@@ -91,22 +97,36 @@ static __device__ __forceinline__ void tj_load_chunk(const tj_args &a, const tj_
             const int r = c * TJ_BK + lr;
             const int col = it.wcol + wseg * 8;
             const int bytes = r < it.nrows && col < it.ld ? 16 : 0;
-            tj_cp16(ws + lr * TJ_WS_LD + wseg * 8, a.w + (bytes ? it.wofs + (long long)r * it.ld + col : 0), bytes);
+            tj_cp16_s(ws + (unsigned)(lr * TJ_WS_LD + wseg * 8) * 2u, a.w + (bytes ? it.wofs + (long long)r * it.ld + col : 0),
+                      bytes);
         }
     }
 }
 
-extern "C" __global__ void __launch_bounds__(TJ_THREADS) tj_tiles(const tj_args a)
+/* At most 128 registers per thread whatever the block size (two 256-thread blocks per SM), unless
+ * a thread holds more than 64 accumulators: then capping would only make ptxas spill. */
+#define TJ_ACC_PER_THREAD (TJ_BM * TJ_BN / TJ_THREADS)
+#define TJ_MIN_BLOCKS (TJ_ACC_PER_THREAD <= 64 ? 512 / TJ_THREADS : 1)
+
+extern "C" __global__ void __launch_bounds__(TJ_THREADS, TJ_MIN_BLOCKS) tj_tiles(const tj_args a)
 {
     extern __shared__ __align__(16) unsigned char tj_smem[];
-    tj_raw16 *ws = (tj_raw16 *)tj_smem;
-    tj_raw16 *xs = ws + TJ_STAGES * TJ_WS_STAGE;
+    const unsigned ws0 = tj_smem_base(tj_smem);
+    const unsigned xs0 = ws0 + TJ_STAGES * TJ_WS_STAGE * 2;
+    tj_raw16 *const xsp0 = (tj_raw16 *)tj_smem + TJ_STAGES * TJ_WS_STAGE;
     const int mblocks = (a.m + TJ_BM - 1) / TJ_BM;
     const tj_item it = tj_items[blockIdx.x / mblocks];
     const int m0 = (blockIdx.x % mblocks) * TJ_BM;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wn = warp % TJ_WARPS_N, wm = warp / TJ_WARPS_N;
     const int nch = (it.nrows + TJ_BK - 1) / TJ_BK;
+    /* This lane's ldmatrix row addresses inside a stage (bytes), fixed for the whole kernel:
+     * A matrices (k 0-7, f 0-7) (k 0-7, f 8-15) (k 8-15, f 0-7) (k 8-15, f 8-15) = a0..a3;
+     * B matrices (k 0-7, t 0-7) (k 8-15, t 0-7) (k 0-7, t 8-15) (k 8-15, t 8-15) = b of two n8. */
+    const unsigned a_lane =
+        (unsigned)((((lane & 7) + ((lane >> 4) << 3)) * TJ_WS_LD + wn * TJ_WTN + ((lane >> 3) & 1) * 8) * 2);
+    const unsigned b_lane =
+        (unsigned)((((lane & 7) + ((lane >> 3) & 1) * 8) * TJ_XS_LD + wm * TJ_WTM + (lane >> 4) * 8) * 2);
 
     float acc[TJ_MI][TJ_NI][4];
 #pragma unroll
@@ -118,39 +138,30 @@ extern "C" __global__ void __launch_bounds__(TJ_THREADS) tj_tiles(const tj_args 
 
 #pragma unroll
     for (int s = 0; s < TJ_STAGES - 1; ++s) {
-        if (s < nch) tj_load_chunk(a, it, m0, s, ws + s * TJ_WS_STAGE, xs + s * TJ_XS_STAGE, tid);
+        if (s < nch)
+            tj_load_chunk(a, it, m0, s, ws0 + s * TJ_WS_STAGE * 2, xs0 + s * TJ_XS_STAGE * 2, xsp0 + s * TJ_XS_STAGE, tid);
         tj_cp_commit();
     }
+    int sc = 0, sn = TJ_STAGES - 1; /* stage of chunk c, and of chunk c + TJ_STAGES - 1 */
 #pragma unroll 1
     for (int c = 0; c < nch; ++c) {
         tj_cp_wait<TJ_STAGES - 2>();
         __syncthreads(); /* chunk c landed; every warp is done with the stage refilled below */
-        const int cn = c + TJ_STAGES - 1;
-        if (cn < nch) {
-            const int sn = cn % TJ_STAGES;
-            tj_load_chunk(a, it, m0, cn, ws + sn * TJ_WS_STAGE, xs + sn * TJ_XS_STAGE, tid);
-        }
+        if (c + TJ_STAGES - 1 < nch)
+            tj_load_chunk(a, it, m0, c + TJ_STAGES - 1, ws0 + sn * (TJ_WS_STAGE * 2), xs0 + sn * (TJ_XS_STAGE * 2),
+                          xsp0 + sn * TJ_XS_STAGE, tid);
         tj_cp_commit();
-        const int sc = c % TJ_STAGES;
-        const tj_raw16 *wst = ws + sc * TJ_WS_STAGE;
-        const tj_raw16 *xst = xs + sc * TJ_XS_STAGE;
+        const unsigned wst = ws0 + sc * (TJ_WS_STAGE * 2) + a_lane;
+        const unsigned xst = xs0 + sc * (TJ_XS_STAGE * 2) + b_lane;
 #pragma unroll
         for (int kk = 0; kk < TJ_BK; kk += 16) {
             unsigned af[TJ_MI][4], bf[TJ_NI][2];
 #pragma unroll
-            for (int i = 0; i < TJ_MI; ++i) {
-                /* matrices: (k 0-7, f 0-7) (k 0-7, f 8-15) (k 8-15, f 0-7) (k 8-15, f 8-15) = a0..a3 */
-                const int kr = kk + (lane & 7) + ((lane >> 4) << 3);
-                const int fc = wn * TJ_WTN + i * 16 + ((lane >> 3) & 1) * 8;
-                tj_ldsm_x4_t(af[i], wst + kr * TJ_WS_LD + fc);
-            }
+            for (int i = 0; i < TJ_MI; ++i) tj_ldsm_x4_t_s(af[i], wst + (unsigned)(kk * TJ_WS_LD + i * 16) * 2u);
 #pragma unroll
             for (int j = 0; j < TJ_NI; j += 2) {
-                /* matrices: (k 0-7, t 0-7) (k 8-15, t 0-7) (k 0-7, t 8-15) (k 8-15, t 8-15) = b of two n8 */
                 unsigned r[4];
-                const int kr = kk + (lane & 7) + ((lane >> 3) & 1) * 8;
-                const int tc = wm * TJ_WTM + j * 8 + (lane >> 4) * 8;
-                tj_ldsm_x4_t(r, xst + kr * TJ_XS_LD + tc);
+                tj_ldsm_x4_t_s(r, xst + (unsigned)(kk * TJ_XS_LD + j * 8) * 2u);
                 bf[j][0] = r[0];
                 bf[j][1] = r[1];
                 bf[j + 1][0] = r[2];
@@ -161,6 +172,8 @@ extern "C" __global__ void __launch_bounds__(TJ_THREADS) tj_tiles(const tj_args 
 #pragma unroll
                 for (int j = 0; j < TJ_NI; ++j) tj_mma(acc[i][j], af[i], bf[j]);
         }
+        sc = sc + 1 == TJ_STAGES ? 0 : sc + 1;
+        sn = sn + 1 == TJ_STAGES ? 0 : sn + 1;
     }
     tj_cp_wait<0>();
 

@@ -2,7 +2,10 @@
  * logic runs on machines without a GPU: driver errors, device checks, model loading (the real
  * NVRTC compiles; module loading is pretended), argument checks, staging and launch arguments.
  * "Device memory" is host memory; launches are recorded, not run. TJ_FAKE_CUDA selects the
- * machine: "noinit" (cuInit fails), "nodevice" (0 devices), "old" (one sm_75), default one sm_90. */
+ * machine: "noinit" (cuInit fails), "nodevice" (0 devices), "old" (one sm_75), default one sm_90.
+ * TJ_FAKE_CUDA_FAULT=KERNEL makes every launch of that kernel "fault" as a real one would: the
+ * launch succeeds, and the context's sticky CUDA_ERROR_ILLEGAL_ADDRESS comes from the next
+ * synchronisation or copy (and every call after it). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,23 +24,40 @@ static tj_fake_launch log_[TJ_FAKE_MAX_LAUNCHES];
 static int nlog;
 static int allocs;
 static char fake_ctx, fake_mod;
+/* A fault is pending from the faulting launch to the next synchronisation or copy, which
+ * reports it; from then on the context stays faulted and every call fails. */
+static CUresult pending, sticky;
 static const char *fn_names[] = {"tj_tiles", "tj_fill", "tj_ew"};
 
 int tj_fake_cuda_launch_count(void) { return __atomic_load_n(&nlog, __ATOMIC_SEQ_CST); }
 const tj_fake_launch *tj_fake_cuda_launch(int i) { return i >= 0 && i < nlog ? &log_[i] : NULL; }
-void tj_fake_cuda_reset(void) { __atomic_store_n(&nlog, 0, __ATOMIC_SEQ_CST); }
+void tj_fake_cuda_reset(void)
+{
+    __atomic_store_n(&nlog, 0, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&sticky, CUDA_SUCCESS, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&pending, CUDA_SUCCESS, __ATOMIC_SEQ_CST);
+}
+/* At a synchronisation point: the pending fault becomes the context's sticky error. */
+static CUresult fault(void)
+{
+    CUresult p = __atomic_exchange_n(&pending, CUDA_SUCCESS, __ATOMIC_SEQ_CST);
+    if (p) __atomic_store_n(&sticky, p, __ATOMIC_SEQ_CST);
+    return __atomic_load_n(&sticky, __ATOMIC_SEQ_CST);
+}
 int tj_fake_cuda_live_allocations(void) { return __atomic_load_n(&allocs, __ATOMIC_SEQ_CST); }
 
 CUresult CUDAAPI cuGetErrorName(CUresult e, const char **s)
 {
     *s = e == CUDA_ERROR_NO_DEVICE ? "CUDA_ERROR_NO_DEVICE" : e == CUDA_ERROR_OUT_OF_MEMORY ? "CUDA_ERROR_OUT_OF_MEMORY"
        : e == CUDA_ERROR_INVALID_VALUE ? "CUDA_ERROR_INVALID_VALUE" : e == CUDA_ERROR_INVALID_CONTEXT ? "CUDA_ERROR_INVALID_CONTEXT"
-       : e == CUDA_ERROR_NOT_SUPPORTED ? "CUDA_ERROR_NOT_SUPPORTED" : "CUDA_ERROR_UNKNOWN";
+       : e == CUDA_ERROR_NOT_SUPPORTED ? "CUDA_ERROR_NOT_SUPPORTED"
+       : e == CUDA_ERROR_ILLEGAL_ADDRESS ? "CUDA_ERROR_ILLEGAL_ADDRESS" : "CUDA_ERROR_UNKNOWN";
     return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuGetErrorString(CUresult e, const char **s)
 {
-    *s = e == CUDA_ERROR_NO_DEVICE ? "no CUDA-capable device is detected" : "fake driver error";
+    *s = e == CUDA_ERROR_NO_DEVICE ? "no CUDA-capable device is detected"
+       : e == CUDA_ERROR_ILLEGAL_ADDRESS ? "an illegal memory access was encountered" : "fake driver error";
     return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuInit(unsigned int f) { (void)f; return strcmp(mode(), "noinit") ? CUDA_SUCCESS : CUDA_ERROR_NO_DEVICE; }
@@ -71,7 +91,7 @@ CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice d) { (void)d; return CUDA_SU
 static _Thread_local CUcontext tls_current;
 CUresult CUDAAPI cuCtxSetCurrent(CUcontext c) { tls_current = c; return CUDA_SUCCESS; }
 CUresult CUDAAPI cuCtxGetCurrent(CUcontext *c) { *c = tls_current; return CUDA_SUCCESS; }
-CUresult CUDAAPI cuCtxSynchronize(void) { return CUDA_SUCCESS; }
+CUresult CUDAAPI cuCtxSynchronize(void) { return fault(); }
 CUresult CUDAAPI cuMemAlloc(CUdeviceptr *p, size_t n)
 {
     if (tls_current != (CUcontext)&fake_ctx) return CUDA_ERROR_INVALID_CONTEXT;
@@ -90,8 +110,8 @@ CUresult CUDAAPI cuMemFree(CUdeviceptr p)
 CUresult CUDAAPI cuMemGetInfo(size_t *f, size_t *t) { *f = *t = (size_t)1 << 34; return CUDA_SUCCESS; }
 CUresult CUDAAPI cuMemcpyHtoD(CUdeviceptr d, const void *s, size_t n) { memcpy((void *)(uintptr_t)d, s, n); return CUDA_SUCCESS; }
 CUresult CUDAAPI cuMemcpyDtoH(void *d, CUdeviceptr s, size_t n) { memcpy(d, (void *)(uintptr_t)s, n); return CUDA_SUCCESS; }
-CUresult CUDAAPI cuMemcpyHtoDAsync(CUdeviceptr d, const void *s, size_t n, CUstream st) { (void)st; return cuMemcpyHtoD(d, s, n); }
-CUresult CUDAAPI cuMemcpyDtoHAsync(void *d, CUdeviceptr s, size_t n, CUstream st) { (void)st; return cuMemcpyDtoH(d, s, n); }
+CUresult CUDAAPI cuMemcpyHtoDAsync(CUdeviceptr d, const void *s, size_t n, CUstream st) { (void)st; return fault() ? fault() : cuMemcpyHtoD(d, s, n); }
+CUresult CUDAAPI cuMemcpyDtoHAsync(void *d, CUdeviceptr s, size_t n, CUstream st) { (void)st; return fault() ? fault() : cuMemcpyDtoH(d, s, n); }
 CUresult CUDAAPI cuMemsetD8(CUdeviceptr d, unsigned char v, size_t n) { memset((void *)(uintptr_t)d, v, n); return CUDA_SUCCESS; }
 CUresult CUDAAPI cuMemsetD16Async(CUdeviceptr d, unsigned short v, size_t n, CUstream s)
 {
@@ -131,6 +151,10 @@ CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned
 {
     (void)extra;
     if (tls_current != (CUcontext)&fake_ctx) return CUDA_ERROR_INVALID_CONTEXT;
+    if (__atomic_load_n(&sticky, __ATOMIC_SEQ_CST)) return sticky;
+    const char *faulty = getenv("TJ_FAKE_CUDA_FAULT");
+    if (faulty && strcmp(faulty, *(const char *const *)f) == 0)
+        __atomic_store_n(&pending, CUDA_ERROR_ILLEGAL_ADDRESS, __ATOMIC_SEQ_CST);
     int i = __atomic_fetch_add(&nlog, 1, __ATOMIC_SEQ_CST);
     if (i >= TJ_FAKE_MAX_LAUNCHES) return CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
     tj_fake_launch *L = &log_[i];
@@ -146,11 +170,11 @@ CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned
 }
 CUresult CUDAAPI cuStreamCreate(CUstream *s, unsigned f) { (void)f; *s = (CUstream)malloc(1); return CUDA_SUCCESS; }
 CUresult CUDAAPI cuStreamDestroy(CUstream s) { free(s); return CUDA_SUCCESS; }
-CUresult CUDAAPI cuStreamSynchronize(CUstream s) { (void)s; return CUDA_SUCCESS; }
+CUresult CUDAAPI cuStreamSynchronize(CUstream s) { (void)s; return fault(); }
 CUresult CUDAAPI cuEventCreate(CUevent *e, unsigned f) { (void)f; *e = (CUevent)malloc(1); return CUDA_SUCCESS; }
 CUresult CUDAAPI cuEventDestroy(CUevent e) { free(e); return CUDA_SUCCESS; }
 CUresult CUDAAPI cuEventRecord(CUevent e, CUstream s) { (void)e; (void)s; return CUDA_SUCCESS; }
-CUresult CUDAAPI cuEventSynchronize(CUevent e) { (void)e; return CUDA_SUCCESS; }
+CUresult CUDAAPI cuEventSynchronize(CUevent e) { (void)e; return fault(); }
 CUresult CUDAAPI cuEventElapsedTime(float *ms, CUevent a, CUevent b) { (void)a; (void)b; *ms = 1.0f; return CUDA_SUCCESS; }
 CUresult CUDAAPI cuStreamBeginCapture(CUstream s, CUstreamCaptureMode m) { (void)s; (void)m; return CUDA_ERROR_NOT_SUPPORTED; }
 CUresult CUDAAPI cuStreamEndCapture(CUstream s, CUgraph *g) { (void)s; *g = NULL; return CUDA_ERROR_NOT_SUPPORTED; }

@@ -4,9 +4,13 @@
  * 4096 and 12800, against the reference on fresh random data (seed printed; TJ_SEED repeats a
  * run). Outputs and their padding are poisoned with NaN first: every output must be written and
  * no padding touched. Then the model API: host and device tensors, and 8 threads at once.
- * `-q` prints only failures and the summary. */
+ * `-q` prints only failures and the summary; `--jobs N` runs only the first N kernel jobs.
+ * Each job runs in a child process (see main): a faulting kernel costs only its own job. */
 #include <pthread.h>
+#include <stdarg.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "runtime/backend_cuda.h"
 #include "pattern/pattern.h"
@@ -18,6 +22,7 @@ static tj_cuda_device *dev;
 static tj_cache *cache;
 static uint64_t seed;
 static int quiet;
+static int max_jobs = 1 << 30; /* --jobs N: only the first N kernel jobs (a quick check) */
 
 typedef struct lspec {
     const char *name;
@@ -70,6 +75,7 @@ static double bound_for(tj_dtype in, tj_dtype out)
 
 static int check_cu(tj_status s, tj_error *e, const char *what)
 {
+    tj_test_checks++;
     if (s == TJ_OK) return 1;
     fprintf(stderr, "%s: %s\n", what, e->msg);
     tj_test_failures++;
@@ -96,8 +102,11 @@ static int run_case(const char *label, int li, tj_cuda_kernel *k, int64_t M, int
     int64_t xrows = c->x_fm ? l->k : M, yrows = c->y_fm ? l->n : M;
     size_t osz = tj_dtype_size(c->out);
     int64_t xel = xrows * ldx, yel = yrows * ldy;
+    /* With padding, y also starts one element into its buffer (a slice view at an odd offset):
+     * the epilogue's pair stores must notice and store singly. */
+    int64_t ysh = pad ? 1 : 0;
     uint16_t *hx = calloc((size_t)xel, 2);
-    void *hy = malloc((size_t)yel * osz);
+    void *hy = malloc((size_t)(yel + ysh) * osz);
     float *x32 = malloc((size_t)(M * l->k) * 4);
     int64_t nrows = M < 384 ? M : 384;
     int64_t *rows = malloc((size_t)nrows * sizeof *rows);
@@ -114,18 +123,21 @@ static int run_case(const char *label, int li, tj_cuda_kernel *k, int64_t M, int
         x32[i] = c->dtype == TJ_BF16 ? tj_bf16_to_f32(h) : tj_f16_to_f32(h);
     }
     if (!check_cu(TJ_CU(cu, &e, MemAlloc(&dx, (size_t)xel * 2)), &e, "alloc") ||
-        !check_cu(TJ_CU(cu, &e, MemAlloc(&dy, (size_t)yel * osz)), &e, "alloc") ||
+        !check_cu(TJ_CU(cu, &e, MemAlloc(&dy, (size_t)(yel + ysh) * osz)), &e, "alloc") ||
         !check_cu(TJ_CU(cu, &e, MemcpyHtoD(dx, hx, (size_t)xel * 2)), &e, "copy"))
         goto done;
     /* Poison: NaN everywhere, padding included. */
-    tj_status s = c->out == TJ_F32 ? TJ_CU(cu, &e, MemsetD32Async(dy, 0x7fc00000u, (size_t)yel, NULL))
-                                   : TJ_CU(cu, &e, MemsetD16Async(dy, c->out == TJ_F16 ? 0x7e00 : 0x7fc0, (size_t)yel, NULL));
+    tj_status s = c->out == TJ_F32 ? TJ_CU(cu, &e, MemsetD32Async(dy, 0x7fc00000u, (size_t)(yel + ysh), NULL))
+                                   : TJ_CU(cu, &e, MemsetD16Async(dy, c->out == TJ_F16 ? 0x7e00 : 0x7fc0, (size_t)(yel + ysh), NULL));
     if (!check_cu(s, &e, "poison")) goto done;
-    if (!check_cu(tj_cuda_kernel_launch(dev, k, &ld->d[slot], dx, ldx, dy, ldy, M, NULL, &e), &e, label)) goto done;
-    if (!check_cu(TJ_CU(cu, &e, CtxSynchronize()), &e, label) ||
-        !check_cu(TJ_CU(cu, &e, MemcpyDtoH(hy, dy, (size_t)yel * osz)), &e, "copy back"))
+    if (!check_cu(tj_cuda_kernel_launch(dev, k, &ld->d[slot], dx, ldx, dy + (CUdeviceptr)(ysh * (int64_t)osz), ldy, M,
+                                        NULL, &e), &e, label))
         goto done;
-    int64_t nan_out = 0, touched_pad = 0;
+    if (!check_cu(TJ_CU(cu, &e, CtxSynchronize()), &e, label) ||
+        !check_cu(TJ_CU(cu, &e, MemcpyDtoH(hy, dy, (size_t)(yel + ysh) * osz)), &e, "copy back"))
+        goto done;
+    int64_t nan_out = 0, touched_pad = ysh && !isnan(tj_load_f32(hy, c->out, 0));
+    if (ysh) memmove(hy, (char *)hy + osz, (size_t)yel * osz);
     for (int64_t r = 0; r < yrows; r++)
         for (int64_t q = 0; q < ldy; q++) {
             int isn = isnan(tj_load_f32(hy, c->out, r * ldy + q)) != 0;
@@ -165,9 +177,38 @@ done:
 
 static const char *layout_names[] = {"fm", "rm", "rm_fm", "fm_rm"};
 
-static void test_kernels(void)
+/* Progress of a child to its parent (see main): one line per finished job. */
+static int report_fd = -1;
+
+static void report(const char *fmt, ...)
 {
-    /* Every (layer, config, offsets) compiled in parallel, then run with rotating layouts, dtypes. */
+    char line[128];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    fflush(stdout);
+    fflush(stderr);
+    if (report_fd >= 0 && n > 0 && write(report_fd, line, (size_t)n) != n) _exit(4);
+}
+
+/* After job `job`: its failures and checks go to the parent; a context left faulted (a sticky
+ * error such as an illegal address) ends this process, and the parent goes on in a fresh one. */
+static void job_done(int job, int f0, int c0)
+{
+    report("done %d %d %d\n", job, tj_test_failures - f0, tj_test_checks - c0);
+    if (dev->cu.CtxSynchronize() != CUDA_SUCCESS) {
+        fprintf(stderr, "job %d left the CUDA context faulted: continuing in a fresh process\n", job);
+        report("fault %d\n", job);
+        fflush(NULL);
+        _exit(3);
+    }
+}
+
+static int test_kernels(int from)
+{
+    /* Every (layer, config, offsets) from job `from` on compiled in parallel, then run with
+     * rotating layouts and dtypes. The job list is the same in every process. */
     enum { MAXJ = NLAYERS * NCONFIGS * 2 };
     tj_nvrtc_job jobs[MAXJ];
     tj_cuda_config cfgs[MAXJ];
@@ -195,7 +236,13 @@ static void test_kernels(void)
                     printf("skip  %-18s %s: %s\n", layer_specs[li].name, configs[ci], e.msg);
                     continue;
                 }
+                if (nj >= max_jobs) continue;
                 srcs[nj] = NULL;
+                if (nj < from) { /* done by an earlier process */
+                    cfgs[nj] = c;
+                    jl[nj++] = li;
+                    continue;
+                }
                 if (tj_cuda_emit(&L[li].l, &c, &srcs[nj], &e) != TJ_OK) {
                     fprintf(stderr, "emit %s %s: %s\n", layer_specs[li].name, configs[ci], e.msg);
                     tj_test_failures++;
@@ -209,11 +256,13 @@ static void test_kernels(void)
             }
     tj_error e;
     double t0 = tj_now();
-    tj_nvrtc_compile_all(cache, jobs, nj, 0, &e);
-    printf("compiled %d kernels for sm_%d in %.1f s\n", nj, dev->sm, tj_now() - t0);
-    tj_rng rng = {seed};
+    if (from < nj) tj_nvrtc_compile_all(cache, jobs + from, nj - from, 0, &e);
+    printf("compiled %d kernels for sm_%d in %.1f s\n", nj - from, dev->sm, tj_now() - t0);
+    report("total %d\n", nj + 1);
     int cases = 0, passed = 0;
-    for (int j = 0; j < nj; j++) {
+    for (int j = from; j < nj; j++) {
+        int f0 = tj_test_failures, c0 = tj_test_checks;
+        tj_rng rng = {seed + (uint64_t)j * 0x9e3779b97f4a7c15ull}; /* per job: the same data in any process */
         int li = jl[j];
         tj_cuda_config *c = &cfgs[j];
         tj_strbuf sb;
@@ -227,11 +276,13 @@ static void test_kernels(void)
             printf("FAIL  %-18s %s: compile: %.2000s\n", layer_specs[li].name, label, jobs[j].error.msg);
             tj_test_failures++;
             tj_sb_free(&sb);
+            job_done(j, f0, c0);
             continue;
         }
         tj_cuda_kernel *k = NULL;
         if (!check_cu(tj_cuda_kernel_load(dev, &L[li].l, c, &jobs[j].result, &k, &e), &e, label)) {
             tj_sb_free(&sb);
+            job_done(j, f0, c0);
             continue;
         }
         static const int64_t small_m[] = {1, 16, 333};
@@ -249,12 +300,14 @@ static void test_kernels(void)
         }
         tj_cuda_kernel_destroy(dev, k);
         tj_sb_free(&sb);
+        job_done(j, f0, c0);
     }
-    for (int j = 0; j < nj; j++) {
+    for (int j = from; j < nj; j++) {
         tj_cubin_free(&jobs[j].result);
         free(srcs[j]);
     }
-    printf("kernel cases: %d of %d passed\n", passed, cases);
+    printf("kernel cases in this process: %d of %d passed\n", passed, cases);
+    return nj;
 }
 
 /* ---- the model API ---- */
@@ -410,9 +463,11 @@ static void test_model_api(void)
     tj_context_destroy(ctx);
 }
 
-int main(int argc, char **argv)
+/* One process: opens the device, runs jobs from `from` (kernel jobs, then the model API as the
+ * last job), reporting each to fd. Exit 77: no usable GPU. */
+static int child_main(int from, int fd)
 {
-    quiet = argc > 1 && strcmp(argv[1], "-q") == 0;
+    report_fd = fd;
     tj_error e;
     tj_status s = tj_cuda_device_open(0, &dev, &e);
     if (s != TJ_OK) {
@@ -427,16 +482,13 @@ int main(int argc, char **argv)
     }
     char desc[512];
     tj_cuda_device_describe(dev, desc, sizeof desc);
-    const char *env = getenv("TJ_SEED");
-    seed = env ? strtoull(env, NULL, 10) : (uint64_t)time(NULL);
-    printf("device %s; seed %llu (TJ_SEED=%llu repeats this run)\n", desc, (unsigned long long)seed,
-           (unsigned long long)seed);
+    if (from == 0)
+        printf("device %s; seed %llu (TJ_SEED=%llu repeats this run)\n", desc, (unsigned long long)seed,
+               (unsigned long long)seed);
     if (tj_cache_open(NULL, &cache, &e) != TJ_OK) {
         fprintf(stderr, "%s\n", e.msg);
         return 1;
     }
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/tj_cuda_backend_XXXXXX");
-    if (!mkdtemp(tmpdir)) return 1;
     tj_rng wr = {seed ^ 0x5eed};
     for (int li = 0; li < NLAYERS; li++) {
         tj_random_spec sp = layer_specs[li].spec;
@@ -455,8 +507,10 @@ int main(int argc, char **argv)
             for (int64_t i = 0; i < L[li].l.n; i++) L[li].bias[i] = tj_rng_uniform(&wr);
         }
     }
-    test_kernels();
+    int nj = test_kernels(from);
+    int f0 = tj_test_failures, c0 = tj_test_checks;
     test_model_api();
+    job_done(nj, f0, c0);
     for (int li = 0; li < NLAYERS; li++) {
         for (int t = 0; t < 2; t++) {
             tj_cuda_data_free(dev, &L[li].d[t]);
@@ -467,8 +521,78 @@ int main(int argc, char **argv)
     }
     tj_cache_close(cache);
     tj_cuda_device_close(dev);
+    fflush(NULL);
+    return 0;
+}
+
+/* The parent never touches CUDA: it runs the jobs in child processes, each with its own context,
+ * so a kernel that faults (and leaves its context unusable) or kills its process costs that one
+ * job, counted as failed; the next child goes on after it. Compiled kernels are shared through
+ * the on-disk cache, so a restart recompiles nothing. */
+int main(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "-q") == 0) quiet = 1;
+        else if (strcmp(argv[i], "--jobs") == 0 && i + 1 < argc) max_jobs = atoi(argv[++i]);
+    }
+    const char *env = getenv("TJ_SEED");
+    seed = env ? strtoull(env, NULL, 10) : (uint64_t)time(NULL);
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/tj_cuda_backend_XXXXXX");
+    if (!mkdtemp(tmpdir)) return 1;
+    int from = 0, total = -1, processes = 0, crashed = 0, rc = 0;
+    for (;;) {
+        int fds[2];
+        if (pipe(fds) != 0) return 1;
+        fflush(NULL);
+        pid_t pid = fork();
+        if (pid < 0) return 1;
+        if (pid == 0) {
+            close(fds[0]);
+            _exit(child_main(from, fds[1]));
+        }
+        processes++;
+        close(fds[1]);
+        FILE *f = fdopen(fds[0], "r");
+        char line[128];
+        int last = from - 1;
+        while (f && fgets(line, sizeof line, f)) {
+            int j, fl, ch;
+            if (sscanf(line, "total %d", &j) == 1) total = j;
+            else if (sscanf(line, "done %d %d %d", &j, &fl, &ch) == 3) {
+                tj_test_failures += fl;
+                tj_test_checks += ch;
+                last = j;
+            }
+        }
+        if (f) fclose(f);
+        int st = 0;
+        waitpid(pid, &st, 0);
+        if (WIFEXITED(st) && WEXITSTATUS(st) == 77 && processes == 1) {
+            rc = 77;
+            break;
+        }
+        if (total < 0) { /* died before listing its jobs: nothing to go on with */
+            fprintf(stderr, "FAIL  the test process ended before its first job (status 0x%x)\n", st);
+            tj_test_failures++;
+            break;
+        }
+        if (last >= total - 1) break;
+        /* The process ended early. A job it reported done and then found the context faulted in
+         * is already counted; a job it died in (a signal, an abort) is counted here. */
+        int next = last + 1;
+        if (!(WIFEXITED(st) && WEXITSTATUS(st) == 3)) {
+            fprintf(stderr, "FAIL  job %d ended its process (status 0x%x): continuing in a fresh process\n", next, st);
+            tj_test_failures++;
+            tj_test_checks++;
+            crashed++;
+            next++;
+        }
+        if (next > total - 1) break;
+        from = next;
+    }
+    if (rc != 77) printf("isolation: %d process%s, %d crashed\n", processes, processes == 1 ? "" : "es", crashed);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd)) { /* best effort */ }
-    return tj_test_end();
+    return rc == 77 ? 77 : tj_test_end();
 }

@@ -144,20 +144,27 @@ typedef struct tcase {
     int failures;
 } tcase;
 
-/* One call on device tensors (pretend device memory is host memory). */
-static tj_status device_call(tj_model *m, int64_t layer, int fm, int64_t M, int bf16x, int f16y, int misalign)
+/* One call on device tensors (pretend device memory is host memory); x and y start xofs / yofs
+ * bytes into their buffers (a slice view). */
+static tj_status device_call_at(tj_model *m, int64_t layer, int fm, int64_t M, int bf16x, int f16y, int xofs, int yofs)
 {
     const tj_layer *l = &layers[layer];
     int64_t ldx = fm ? (M + 7) / 8 * 8 + 8 : l->k + 3, xr = fm ? l->k : M, ldy = fm ? M : l->n, yr = fm ? l->n : M;
-    char *xb = calloc((size_t)(xr * ldx + 8), 2), *yb = calloc((size_t)(yr * ldy), f16y ? 2 : 4);
+    char *xb = calloc((size_t)(xr * ldx + 8), 2), *yb = calloc((size_t)(yr * ldy + 4), f16y ? 2 : 4);
     int64_t xs[2] = {fm ? l->k : M, fm ? M : l->k}, ys[2] = {fm ? l->n : M, fm ? M : l->n}, xst[2] = {ldx, 1};
     DLTensor xt = {.data = xb, .device = {kDLCUDA, 0}, .ndim = 2, .shape = xs, .strides = xst,
-                   .byte_offset = misalign ? 2 : 0, .dtype = {bf16x ? kDLBfloat : kDLFloat, 16, 1}};
-    DLTensor yt = {.data = yb, .device = {kDLCUDA, 0}, .ndim = 2, .shape = ys, .dtype = {kDLFloat, f16y ? 16 : 32, 1}};
+                   .byte_offset = (uint64_t)xofs, .dtype = {bf16x ? kDLBfloat : kDLFloat, 16, 1}};
+    DLTensor yt = {.data = yb, .device = {kDLCUDA, 0}, .ndim = 2, .shape = ys, .byte_offset = (uint64_t)yofs,
+                   .dtype = {kDLFloat, f16y ? 16 : 32, 1}};
     tj_status s = tj_linear_ex(m, layer, &xt, &yt, fm ? TJ_LAYOUT_FEATURE_MAJOR : TJ_LAYOUT_ROW_MAJOR, (void *)0x1234);
     free(xb);
     free(yb);
     return s;
+}
+
+static tj_status device_call(tj_model *m, int64_t layer, int fm, int64_t M, int bf16x, int f16y, int misalign)
+{
+    return device_call_at(m, layer, fm, M, bf16x, f16y, misalign ? 2 : 0, 0);
 }
 
 static void *thread_main(void *arg)
@@ -293,6 +300,94 @@ static void test_fake_gpu(void)
     CHECKF(fake_allocs() == 0, "%d device allocations leaked", fake_allocs());
 }
 
+/* Views at odd element offsets (a PyTorch slice) run; addresses not aligned to their element are
+ * one clear line, never a launch. The epilogue's pair stores test y's alignment in the kernel. */
+static void test_alignment(void)
+{
+    setenv("TILEJIT_LIBCUDA", fake_path, 1);
+    setenv("TJ_FAKE_CUDA", "sm90", 1);
+    tj_context *ctx = NULL;
+    tj_model *m = NULL;
+    CHECK(make_context(TJ_BACKEND_CUDA, 0, 0, &ctx) == TJ_OK);
+    if (!ctx) return;
+    CHECKF(tj_model_load(ctx, path("m.json"), path("m.safetensors"), &m) == TJ_OK, "load: %s", tj_context_error(ctx));
+    struct { int fm, f16y, xofs, yofs; int ok; unsigned block; const char *msg; } cases[] = {
+        {1, 0, 0, 4, 1, 256, NULL},   /* fp32 y one element in: the mma kernel, scalar-or-pair stores */
+        {1, 1, 0, 2, 1, 256, NULL},   /* fp16 y one element in */
+        {1, 1, 6, 2, 1, 128, NULL},   /* x three elements in (not 16-byte aligned): the SIMT kernel */
+        {0, 0, 2, 4, 1, 256, NULL},   /* row-major x at an odd element: the mma kernel reads it by element */
+        {1, 0, 0, 2, 0, 0, "y: device address"},
+        {0, 1, 1, 0, 0, 0, "x: device address"},
+    };
+    for (size_t i = 0; m && i < sizeof cases / sizeof *cases; i++) {
+        fake_reset();
+        tj_status s = device_call_at(m, 0, cases[i].fm, 13, 0, cases[i].f16y, cases[i].xofs, cases[i].yofs);
+        if (cases[i].ok) {
+            CHECKF(s == TJ_OK, "case %zu: %s", i, tj_context_error(ctx));
+            CHECKF(fake_count() == 3 && fake_launch(0)->block[0] == cases[i].block, "case %zu: %d launches, block %u", i,
+                   fake_count(), fake_count() ? fake_launch(0)->block[0] : 0);
+            if (fake_count())
+                CHECK(((uintptr_t)args_of(fake_launch(0))->y & 15) == (uintptr_t)cases[i].yofs);
+        } else {
+            const char *e = tj_context_error(ctx);
+            CHECKF(s == TJ_ERR_INVALID_ARGUMENT && strstr(e, cases[i].msg) && strstr(e, "not aligned") && !strchr(e, '\n'),
+                   "case %zu: %s", i, e);
+            CHECK(fake_count() == 0);
+        }
+    }
+    tj_model_destroy(m);
+    tj_context_destroy(ctx);
+}
+
+/* A faulting kernel: without TILEJIT_SYNC_CHECK the launch returns OK and the fault surfaces at
+ * the next synchronisation, in whatever call comes next; with it, the call that launched the
+ * kernel fails and the message names the layer and the kernel. */
+static void test_sync_check(void)
+{
+    setenv("TILEJIT_LIBCUDA", fake_path, 1);
+    setenv("TJ_FAKE_CUDA", "sm90", 1);
+    for (int sync = 0; sync < 2; sync++) {
+        if (sync) setenv("TILEJIT_SYNC_CHECK", "1", 1);
+        else unsetenv("TILEJIT_SYNC_CHECK");
+        tj_context *ctx = NULL;
+        tj_model *m = NULL;
+        CHECK(make_context(TJ_BACKEND_CUDA, 1, 0, &ctx) == TJ_OK);
+        if (!ctx) continue;
+        CHECKF(tj_model_load(ctx, path("m.json"), path("m.safetensors"), &m) == TJ_OK, "load: %s", tj_context_error(ctx));
+        if (m) {
+            CHECK(!sync == !strstr(tj_context_log(ctx), "TILEJIT_SYNC_CHECK"));
+            fake_reset();
+            setenv("TJ_FAKE_CUDA_FAULT", "tj_fill", 1);
+            tj_status s = device_call(m, 0, 1, 13, 0, 0, 0);
+            const char *e = tj_context_error(ctx);
+            if (sync) {
+                CHECKF(s != TJ_OK && strstr(e, "layer 'enc.0.fc1'") && strstr(e, "kernel tj_fill") &&
+                       strstr(e, "CUDA_ERROR_ILLEGAL_ADDRESS") && strstr(e, "TILEJIT_SYNC_CHECK") && !strchr(e, '\n'),
+                       "sync check: %s", e);
+                CHECKF(launches_named(0, "tj_tiles", "tj_fill", NULL), "%d launches after the fault", fake_count());
+            } else {
+                CHECKF(s == TJ_OK, "%s", e);
+                CHECK(launches_named(0, "tj_tiles", "tj_fill", "tj_ew"));
+                /* The fault shows up later, at the next synchronisation: here a host-tensor call of
+                 * the other layer, which is blamed for it. */
+                float hx[2 * 40] = {0}, hy[2 * 64];
+                int64_t xs[2] = {2, 40}, ys[2] = {2, 64};
+                DLTensor xt = {.data = hx, .device = {kDLCPU, 0}, .ndim = 2, .shape = xs, .dtype = {kDLFloat, 32, 1}};
+                DLTensor yt = {.data = hy, .device = {kDLCPU, 0}, .ndim = 2, .shape = ys, .dtype = {kDLFloat, 32, 1}};
+                CHECK(tj_linear(m, "enc.0.fc2", &xt, &yt, NULL) != TJ_OK);
+                e = tj_context_error(ctx);
+                CHECKF(strstr(e, "ILLEGAL_ADDRESS") && strstr(e, "enc.0.fc2") && !strstr(e, "tj_fill"), "%s", e);
+            }
+            unsetenv("TJ_FAKE_CUDA_FAULT");
+            fake_reset();
+            CHECKF(device_call(m, 1, 1, 13, 0, 0, 0) == TJ_OK, "%s", tj_context_error(ctx));
+        }
+        tj_model_destroy(m);
+        tj_context_destroy(ctx);
+    }
+    unsetenv("TILEJIT_SYNC_CHECK");
+}
+
 /* The command line: `--backend cuda` without a driver is one clear line; auto falls back. */
 static int run_cli(const char *const *args, char *err, size_t errlen)
 {
@@ -367,6 +462,8 @@ int main(void)
             *(void **)&fake_allocs = dlsym(h, "tj_fake_cuda_live_allocations");
             test_driver_errors();
             test_fake_gpu();
+            test_alignment();
+            test_sync_check();
         }
     } else {
         fprintf(stderr, "TJ_FAKE_LIBCUDA not set: fake-driver cases skipped\n");
