@@ -941,6 +941,9 @@ tj_status tj_hx_launch(tj_hx_exec *e, tj_hx_module *m, const char *kernel, tj_hx
                 run_block(e);
             }
     e->cur = NULL;
+    if (e->abort) /* threads abandoned mid-call */
+        for (int i = 0; i < e->nthreads; i++)
+            tj_hx_fiber_forget(e->stacks + (HX_STACK_BYTES + HX_GUARD_BYTES) * (size_t)i + HX_GUARD_BYTES, HX_STACK_BYTES);
     if (stats) *stats = e->stats;
     if (!e->nrep_total) return TJ_OK;
     format_reports(e);

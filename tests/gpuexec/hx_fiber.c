@@ -91,8 +91,10 @@ void tj_hx_fiber_init(tj_hx_fiber *f, char *stack, size_t size, void (*fn)(void 
     f->asan_bottom = stack;
     f->asan_size = size;
 #ifdef HX_ASAN
-    /* A fiber abandoned in the middle (an aborted launch) leaves its frames' redzones behind. */
-    __asan_unpoison_memory_region(stack, size);
+    /* A fiber that ended left its entry frame's redzones at the top of its stack (deeper frames
+     * returned and cleaned up); an abandoned one (tj_hx_fiber_forget) left more. */
+    size_t dirty = size < 65536 ? size : 65536;
+    __asan_unpoison_memory_region(stack + size - dirty, dirty);
 #endif
 #ifdef TJ_HX_FIBER_ASM
     uintptr_t top = ((uintptr_t)stack + size) & ~(uintptr_t)15;
@@ -128,5 +130,15 @@ void tj_hx_fiber_switch(tj_hx_fiber *from, tj_hx_fiber *to, int from_exits)
 #endif
 #ifdef HX_ASAN
     __sanitizer_finish_switch_fiber(from->asan_fake, NULL, NULL); /* back in `from` */
+#endif
+}
+
+void tj_hx_fiber_forget(char *stack, size_t size)
+{
+#ifdef HX_ASAN
+    __asan_unpoison_memory_region(stack, size);
+#else
+    (void)stack;
+    (void)size;
 #endif
 }

@@ -32,6 +32,9 @@ void tj_hx_fiber_init_main(tj_hx_fiber *f);
 /* Sets up f to run fn(arg) on [stack, stack + size) when first switched to. fn must never
  * return: it ends by switching away with tj_hx_fiber_switch(f, other, 1). */
 void tj_hx_fiber_init(tj_hx_fiber *f, char *stack, size_t size, void (*fn)(void *), void *arg);
+/* Forgets whatever a fiber abandoned in the middle (never resumed) left on [stack, stack + size),
+ * before the stack is used again. */
+void tj_hx_fiber_forget(char *stack, size_t size);
 /* Saves the running context into `from` and resumes `to`. `from_exits`: from is never resumed. */
 void tj_hx_fiber_switch(tj_hx_fiber *from, tj_hx_fiber *to, int from_exits);
 
