@@ -14,7 +14,7 @@
 #include "base/dtype.h"
 #include "tj_config.h"
 #if TJ_HAVE_LLVM
-#include "bench/dense_cpu.h"
+#include "tilejit/bench.h"
 #endif
 
 /* The GPU timing comes from tj_bench_cuda_time_layer (tilejit/bench.h): device-resident X [M × k]
