@@ -1,4 +1,4 @@
-/* Dense CPU baselines (see dense_cpu.h): oneDNN's C API through dlopen (the prototypes of the
+/* Dense CPU baselines (declared in tilejit/bench.h): oneDNN's C API through dlopen (the prototypes of the
  * dozen calls used are declared here, from oneDNN 3.x's dnnl.h, so no header is needed to
  * build), OpenBLAS through its CBLAS interface, and an FMA-peak loop per vector ISA. */
 #include <dlfcn.h>
@@ -9,7 +9,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "bench/dense_cpu.h"
+#include "base/error.h"
+#include "tilejit/bench.h"
 #include "tj_config.h"
 #if TJ_HAVE_OPENBLAS
 #include <cblas.h>

@@ -1,14 +1,12 @@
-/* `tilejit bench`: dispatches on --backend to the CPU bench (bench_cpu.c, needs LLVM) or the GPU
+/* `tilejit bench`: dispatches on --backend to the CPU bench (tj_bench_cpu_main, bench/cpu.c in the library, needs LLVM) or the GPU
  * bench (tj_bench_cuda_main, bench/cuda.c in the library, needs the CUDA toolkit); each parses
  * the rest of the options itself. */
 #include <stdio.h>
 #include <string.h>
 
 #include "cli/cli.h"
+#include "tilejit/bench.h"
 #include "tj_config.h"
-#if TJ_HAVE_LLVM
-#include "cli/bench_cpu.h"
-#endif
 
 static const char *help =
     "usage: tilejit bench --backend cpu|cuda --m M --n N --k K --sparsity S [--g 128] [--mode tw1|tw2] ...\n\n"
@@ -34,7 +32,7 @@ int cmd_bench(int argc, char **argv)
     }
     if (strcmp(backend, "cpu") == 0) {
 #if TJ_HAVE_LLVM
-        return bench_cpu(argc, argv);
+        return tj_bench_cpu_main(argc, argv, stdout, stderr);
 #else
         return cli_fail("bench", "the cpu backend is not built into this tilejit (configured without LLVM 19)");
 #endif

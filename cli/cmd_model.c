@@ -10,11 +10,9 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
-#include "runtime/model.h" /* pending: the per-M config printout (ops->config_at) */
-#include "base/dtype.h"
 #include "tj_config.h"
 #if TJ_HAVE_LLVM
-#include "bench/dense_cpu.h"
+#include "tilejit/bench.h"
 #endif
 
 /* The GPU timing comes from tj_bench_cuda_time_layer (tilejit/bench.h): device-resident X [M × k]
@@ -331,11 +329,12 @@ int cmd_model(int argc, char **argv)
                  dname[0][0] ? dname[0] : "oneDNN (unavailable)", dwins[0], dname[1][0] ? dname[1] : "OpenBLAS (unavailable)",
                  dwins[1]);
     printf("dense baseline: %s; ideal speedup 1/density = %.2fx\n", dense_name, dens > 0 ? 1 / dens : 0);
-    if (!gpu && model->ctx->ops->config_at) { /* which config each layer ran at this M */
+    if (!gpu) { /* which config each layer ran at this M (backends that pick one per M) */
         for (int64_t i = 0; i < nl; i++) {
             tj_layer_info li;
             tj_model_layer_info(model, i, &li);
-            const char *cj = model->ctx->ops->config_at(model, i, M);
+            const char *cj = NULL;
+            if (tj_model_layer_config(model, i, M, &cj) == TJ_ERR_UNSUPPORTED) break;
             printf("config at M = %lld: %-44s %s\n", (long long)M, li.name, cj ? cj : "(default)");
         }
     }

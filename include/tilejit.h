@@ -151,6 +151,10 @@ TJ_API tj_status tj_model_find_layer(const tj_model *m, const char *name, int64_
 TJ_API tj_status tj_model_layer_info(const tj_model *m, int64_t index, tj_layer_info *out);
 /* Seconds spent in tj_model_load preparing layers (code generation and compilation). */
 TJ_API double tj_model_load_seconds(const tj_model *m);
+/* The kernel config (JSON, borrowed from the model) that layer `layer` runs at batch M:
+ * TJ_OK with *config set (NULL: the backend's default config), or TJ_ERR_UNSUPPORTED when the
+ * model's backend does not pick configs per M (then *config is NULL). */
+TJ_API tj_status tj_model_layer_config(tj_model *m, int64_t layer, int64_t M, const char **config);
 
 /* Y = act(X · (W ⊙ mask)ᵀ + bias) for one layer, row-major. x: float32 or float16 [M × K];
  * y: float32 [M × N], written in full. Host tensors on CPU backends; the CUDA backend takes

@@ -133,6 +133,15 @@ tj_status tj_model_layer_info(const tj_model *m, int64_t index, tj_layer_info *o
     return TJ_OK;
 }
 
+tj_status tj_model_layer_config(tj_model *m, int64_t layer, int64_t M, const char **config)
+{
+    if (config) *config = NULL;
+    if (!m || !config || layer < 0 || layer >= m->pattern->nlayers) return TJ_ERR_INVALID_ARGUMENT;
+    if (!m->ctx->ops->config_at) return TJ_ERR_UNSUPPORTED;
+    *config = m->ctx->ops->config_at(m, layer, M);
+    return TJ_OK;
+}
+
 /* --- host tensors ------------------------------------------------------------------------- */
 
 int tj_dl_dtype(const DLTensor *t, tj_dtype *out)

@@ -113,6 +113,53 @@ TJ_API void tj_prune_profile_destroy(tj_prune_profile *p);
 TJ_API tj_status tj_prune_allocate(const tj_prune_profile *p, double sparsity, double budget_ms, double *density,
                             tj_error *err);
 
+/* ---- calibrated pruning (`tilejit prune --calibration ...`) ------------------------------- */
+
+/* How much each layer keeps in tj_prune_calibrated_run. */
+typedef enum tj_prune_allocation {
+    TJ_PRUNE_ALLOC_UNIFORM = 0, /* every layer at 1 − sparsity */
+    TJ_PRUNE_ALLOC_GLOBAL,      /* the plain pruner's global threshold decides (tw1: per tile too) */
+    TJ_PRUNE_ALLOC_MEASURED     /* from a loss table (profile), within the sparsity or budget_ms */
+} tj_prune_allocation;
+
+typedef struct tj_prune_calibrated_options {
+    size_t size;                    /* sizeof(tj_prune_calibrated_options); set by the _default */
+    tj_prune_options prune;         /* mode, g, sparsity, ew_fraction, tew_base */
+    const char *calibration;        /* calibration statistics (safetensors from python -m tilejit.calibrate) */
+    tj_prune_allocation allocation; /* default uniform */
+    const char *profile;            /* loss table (TJ_PRUNE_ALLOC_MEASURED) */
+    double budget_ms;               /* > 0: latency budget instead of the sparsity (measured) */
+    double damp;                    /* ridge λ = damp × mean(diag H); default 0.001 */
+    int threads;                    /* tiles rebuilt in parallel; 0: one per online core */
+    const char *sweep_out;          /* not NULL: write the sweep file instead of pruning */
+    int64_t sweep_steps;            /* densities j/steps, j = 0 .. steps − 1; default 16 */
+    const char *sweep_weights;      /* "j1,j2,...": the j whose weights the sweep file holds; NULL: all */
+    const char *pattern_out;        /* the pattern written (not sweeping) */
+    const char *pruned_out;         /* the rebuilt weights written, or NULL */
+    /* Called after each layer (may be NULL). */
+    void (*progress)(void *user, const char *layer, int64_t done, int64_t total);
+    void *progress_user;
+} tj_prune_calibrated_options;
+
+TJ_API tj_prune_calibrated_options tj_prune_calibrated_options_default(void);
+
+typedef struct tj_prune_calibrated_result {
+    size_t size;       /* sizeof(tj_prune_calibrated_result) */
+    double prune_s;    /* seconds pruning and rebuilding */
+    double write_s;    /* seconds writing the pattern and weights */
+    double latency_ms; /* with a budget and the loss table's times: the summed time of the chosen
+                        * densities; else −1 */
+} tj_prune_calibrated_result;
+
+/* The calibrated pruner over the layers tj_prune_select picked from `weights` (OBS selection and
+ * a least-squares rebuild against the calibration statistics): writes o->pattern_out (and
+ * o->pruned_out), or with o->sweep_out the sweep file (tensors "d<j>/NAME.weight" and
+ * "d<j>/NAME.bias", "NAME.error" and "densities"). *pattern (not sweeping; may be NULL) gets the
+ * pattern, which the caller destroys. */
+TJ_API tj_status tj_prune_calibrated_run(const tj_st_file *weights, const tj_prune_layer_in *in, int64_t nlayers,
+                                         const tj_prune_calibrated_options *o, tj_pattern **pattern,
+                                         tj_prune_calibrated_result *res, tj_error *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -16,15 +16,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "autotune/autotune.h"
 #include "base/host.h"
 #include "runtime/backend_cpu.h"
-#include "cli/bench_cpu.h"
-#include "cli/cli.h"
+#include "bench/args.h"
+#include "tilejit/bench.h"
+#include "tilejit/tune.h"
 #include "pattern/random.h"
 #include "base/rng.h"
-#include "bench/dense_cpu.h"
 #include "tj_config.h"
+
+static FILE *out_, *errs_;
 
 static const char *help =
     "usage: tilejit bench --backend cpu --m M --n N --k K --sparsity S [--g 128] [--threads T]\n"
@@ -162,7 +163,7 @@ static int time_baselines(const char *C, const bopts *o, const float *x, const f
         double lim = kd == TJ_DENSE_ONEDNN_BF16 ? 2e-2 : 1e-4;
         if (!(e <= lim)) {
             tj_dense_destroy(d);
-            return cli_fail(C, "dense baseline %s is wrong: relative error %.3g (limit %.0e)", res->base_name[kd], e, lim);
+            return bench_fail(errs_, C, "dense baseline %s is wrong: relative error %.3g (limit %.0e)", res->base_name[kd], e, lim);
         }
         res->base_s[kd] = time_it(run_dense, d, o->min_time, o->repeats);
         tj_dense_destroy(d);
@@ -172,7 +173,7 @@ static int time_baselines(const char *C, const bopts *o, const float *x, const f
         }
     }
     if (res->best < 0)
-        return cli_fail(C, "no fp32 dense baseline: %s; %s", res->base_why[TJ_DENSE_ONEDNN_F32],
+        return bench_fail(errs_, C, "no fp32 dense baseline: %s; %s", res->base_why[TJ_DENSE_ONEDNN_F32],
                         res->base_why[TJ_DENSE_OPENBLAS]);
     return 0;
 }
@@ -195,12 +196,12 @@ static int bench_point(const char *C, const bopts *o, double s, tj_cpu_jit *jit,
     tj_random_spec sp = {o->n, o->k, o->g, s, o->mode, o->seed, 0, 0, TJ_ACT_NONE};
     memset(res, 0, sizeof *res);
     res->sparsity = s;
-    if (tj_random_layer(&sp, "bench", &l, &err) != TJ_OK) return cli_fail(C, "%s", err.msg);
+    if (tj_random_layer(&sp, "bench", &l, &err) != TJ_OK) return bench_fail(errs_, C, "%s", err.msg);
     float *w = alloc_floats(o->n * o->k), *x = alloc_floats(o->m * o->k);
     float *y = alloc_floats(o->m * o->n), *ref = alloc_floats(o->m * o->n);
     tj_cpu_layer *cl = NULL;
     if (!w || !x || !y || !ref) {
-        cli_fail(C, "out of memory for %lld × %lld data", (long long)o->m, (long long)o->n);
+        bench_fail(errs_, C, "out of memory for %lld × %lld data", (long long)o->m, (long long)o->n);
         goto done;
     }
     tj_rng r = {o->seed * 31 + 7};
@@ -209,14 +210,14 @@ static int bench_point(const char *C, const bopts *o, double s, tj_cpu_jit *jit,
     tj_cpu_config cfg;
     char *tuned = NULL, note[1024] = "";
     if (!o->config && tj_tune_config_from_log(o->tuning_log, "cpu", &l, o->m, &tuned, note, sizeof note, &err) != TJ_OK) {
-        cli_fail(C, "%s", err.msg);
+        bench_fail(errs_, C, "%s", err.msg);
         goto done;
     }
-    if (o->verbose && note[0] && !o->config) fprintf(stderr, "tilejit bench: %s\n", note);
+    if (o->verbose && note[0] && !o->config) fprintf(errs_, "tilejit bench: %s\n", note);
     tj_status cs = tj_cpu_config_from_json(o->config ? o->config : tuned, &cfg, &err);
     free(tuned);
     if (cs != TJ_OK) {
-        cli_fail(C, "--config: %s", err.msg);
+        bench_fail(errs_, C, "--config: %s", err.msg);
         goto done;
     }
     char prefix[32];
@@ -224,7 +225,7 @@ static int bench_point(const char *C, const bopts *o, double s, tj_cpu_jit *jit,
     snprintf(prefix, sizeof prefix, "bench%d", counter++);
     tj_layer_weights lw = {w, TJ_F32, NULL, TJ_F32};
     if (tj_cpu_layer_build(jit, &l, &lw, &cfg, prefix, &cl, &err) != TJ_OK) {
-        cli_fail(C, "%s", err.msg);
+        bench_fail(errs_, C, "%s", err.msg);
         goto done;
     }
     res->jit_s = cl->emit_seconds + cl->compile_seconds;
@@ -239,17 +240,11 @@ static int bench_point(const char *C, const bopts *o, double s, tj_cpu_jit *jit,
     for (int64_t i = 0; i < o->m * o->n; i++) y[i] = NAN;
     tj_cpu_layer_run(cl, pool, o->threads, x, o->m, y);
     tj_reference_linear(&l, &lw, x, o->m, ref);
-    double num = 0, den = 0;
-    for (int64_t i = 0; i < o->m * o->n; i++) {
-        double d = (double)y[i] - ref[i];
-        num += isfinite(y[i]) ? d * d : INFINITY;
-        den += (double)ref[i] * ref[i];
-    }
-    res->relerr = den > 0 ? sqrt(num / den) : sqrt(num);
+    res->relerr = tj_rel_error(y, ref, o->m * o->n);
     /* bf16-stored weights round fp32 ones (8 significant bits): a bf16 bound */
-    double lim = cl->cfg.weights == TJ_CPU_WEIGHTS_BF16 ? 1e-2 : 1e-5;
+    double lim = cl->cfg.weights == TJ_CPU_WEIGHTS_BF16 ? tj_check_bound(TJ_BF16) : tj_check_bound(TJ_F32);
     if (!(res->relerr <= lim)) {
-        cli_fail(C, "wrong result: relative error %.3g against the reference (limit %.0e)", res->relerr, lim);
+        bench_fail(errs_, C, "wrong result: relative error %.3g against the reference (limit %.0e)", res->relerr, lim);
         goto done;
     }
     tj_run tr = {cl, pool, o->threads, x, y, o->m};
@@ -269,7 +264,7 @@ done:
 static void print_row(const bopts *o, const bresult *r)
 {
     double kept_flop = 2.0 * (double)o->m * (double)r->kept, dense_flop = 2.0 * (double)o->m * (double)o->n * (double)o->k;
-    printf("%-6.3f %-8.4f %11.4f %11.4f %9.1f %9.1f %8.3f %7.2f %8.1f %9.2e\n", r->sparsity, r->density,
+    fprintf(out_, "%-6.3f %-8.4f %11.4f %11.4f %9.1f %9.1f %8.3f %7.2f %8.1f %9.2e\n", r->sparsity, r->density,
            r->tj_s * 1e3, r->dense_s * 1e3, kept_flop / r->tj_s * 1e-9, dense_flop / r->dense_s * 1e-9,
            r->dense_s / r->tj_s, 1.0 / r->density, r->jit_s * 1e3, r->relerr);
 }
@@ -280,15 +275,15 @@ static int parse_list(const char *C, const char *s, double *out, int max)
     char *copy = strdup(s), *save = NULL;
     if (!copy) return -1;
     for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-        if (n >= max || cli_parse_double(C, "sweep", t, 0.0, 0.999, &out[n])) {
-            if (n >= max) cli_fail(C, "--sweep: at most %d values", max);
+        if (n >= max || bench_parse_double(errs_, C, "sweep", t, 0.0, 0.999, &out[n])) {
+            if (n >= max) bench_fail(errs_, C, "--sweep: at most %d values", max);
             free(copy);
             return -1;
         }
         n++;
     }
     free(copy);
-    if (!n) cli_fail(C, "--sweep: no values");
+    if (!n) bench_fail(errs_, C, "--sweep: no values");
     return n ? n : -1;
 }
 
@@ -306,21 +301,23 @@ static int write_plot(const char *C, const char *csv, const char *png, const bop
              "1/(1-x) with lines dt 2 title 'ideal 1/(1-s)', 1 with lines lc rgb 'gray' title 'dense'\n",
              png, (long long)o->m, (long long)o->n, (long long)o->k, (long long)o->g, o->mode, o->threads, csv);
     FILE *p = popen("gnuplot 2>&1", "w");
-    if (!p) return cli_fail(C, "cannot run gnuplot (Debian gnuplot-nox)");
+    if (!p) return bench_fail(errs_, C, "cannot run gnuplot (Debian gnuplot-nox)");
     fputs(script, p);
     int st = pclose(p);
-    if (st != 0) return cli_fail(C, "gnuplot failed (exit status %d) writing %s", st, png);
+    if (st != 0) return bench_fail(errs_, C, "gnuplot failed (exit status %d) writing %s", st, png);
     return 0;
 }
 
-int bench_cpu(int argc, char **argv)
+int tj_bench_cpu_main(int argc, char **argv, FILE *out, FILE *errs)
 {
+    out_ = out;
+    errs_ = errs;
     const char *C = "bench";
     const char *backend = NULL, *m_s = NULL, *n_s = NULL, *k_s = NULL, *s_s = NULL, *g_s = "128", *t_s = NULL,
                *mode_s = "tw1", *seed_s = "1", *config = NULL, *mt_s = "0.2", *rep_s = "5", *sweep = NULL, *csv = NULL,
                *plot = NULL, *tlog = NULL, *clock_s = "wall";
     int verbose = 0;
-    cli_opt opts[] = {
+    bench_opt opts[] = {
         {"backend", 1, &backend, NULL}, {"m", 1, &m_s, NULL},       {"n", 1, &n_s, NULL},
         {"k", 1, &k_s, NULL},           {"sparsity", 1, &s_s, NULL}, {"g", 1, &g_s, NULL},
         {"threads", 1, &t_s, NULL},     {"mode", 1, &mode_s, NULL},  {"seed", 1, &seed_s, NULL},
@@ -332,60 +329,60 @@ int bench_cpu(int argc, char **argv)
     };
     const char *pos[1];
     int npos;
-    int pr = cli_parse(C, argc, argv, opts, pos, 0, &npos);
+    int pr = bench_parse(errs_, C, argc, argv, opts, pos, 0, &npos);
     if (pr == 2) {
-        fputs(help, stdout);
+        fputs(help, out_);
         return 0;
     }
     if (pr) return 1;
     if (!m_s || !n_s || !k_s || (!s_s && !sweep))
-        return cli_fail(C, "--m, --n, --k and --sparsity (or --sweep) are required (see --help)");
+        return bench_fail(errs_, C, "--m, --n, --k and --sparsity (or --sweep) are required (see --help)");
     bopts o;
     memset(&o, 0, sizeof o);
     o.tuning_log = tlog;
     o.verbose = verbose;
     int64_t v;
     double d;
-    if (cli_parse_int(C, "m", m_s, 1, 1 << 20, &o.m) || cli_parse_int(C, "n", n_s, 1, TJ_MAX_DIM, &o.n) ||
-        cli_parse_int(C, "k", k_s, 1, TJ_MAX_DIM, &o.k) || cli_parse_int(C, "g", g_s, 1, TJ_MAX_DIM, &o.g))
+    if (bench_parse_int(errs_, C, "m", m_s, 1, 1 << 20, &o.m) || bench_parse_int(errs_, C, "n", n_s, 1, TJ_MAX_DIM, &o.n) ||
+        bench_parse_int(errs_, C, "k", k_s, 1, TJ_MAX_DIM, &o.k) || bench_parse_int(errs_, C, "g", g_s, 1, TJ_MAX_DIM, &o.g))
         return 1;
-    if (o.g > o.n) return cli_fail(C, "--g %lld is larger than --n %lld", (long long)o.g, (long long)o.n);
+    if (o.g > o.n) return bench_fail(errs_, C, "--g %lld is larger than --n %lld", (long long)o.g, (long long)o.n);
     if ((double)o.m * (double)(o.n > o.k ? o.n : o.k) > 1e9 || (double)o.n * (double)o.k > 1e9)
-        return cli_fail(C, "problem too large for a benchmark (M·max(n,k) and n·k must be ≤ 1e9)");
+        return bench_fail(errs_, C, "problem too large for a benchmark (M·max(n,k) and n·k must be ≤ 1e9)");
     if (strcmp(mode_s, "tw1") == 0) o.mode = 1;
     else if (strcmp(mode_s, "tw2") == 0) o.mode = 2;
-    else return cli_fail(C, "--mode: '%s' is not tw1 or tw2", mode_s);
-    if (cli_parse_int(C, "seed", seed_s, 0, INT64_MAX, &v)) return 1;
+    else return bench_fail(errs_, C, "--mode: '%s' is not tw1 or tw2", mode_s);
+    if (bench_parse_int(errs_, C, "seed", seed_s, 0, INT64_MAX, &v)) return 1;
     o.seed = (uint64_t)v;
     o.threads = tj_cpu_count();
     if (t_s) {
-        if (cli_parse_int(C, "threads", t_s, 1, 1024, &v)) return 1;
+        if (bench_parse_int(errs_, C, "threads", t_s, 1, 1024, &v)) return 1;
         o.threads = (int)v;
     }
-    if (cli_parse_double(C, "min-time", mt_s, 0.0, 60.0, &o.min_time)) return 1;
+    if (bench_parse_double(errs_, C, "min-time", mt_s, 0.0, 60.0, &o.min_time)) return 1;
     if (strcmp(clock_s, "thread") == 0) {
-        if (o.threads != 1) return cli_fail(C, "--clock thread needs --threads 1 (other threads' time is not counted)");
+        if (o.threads != 1) return bench_fail(errs_, C, "--clock thread needs --threads 1 (other threads' time is not counted)");
         o.thread_clock = 1;
     } else if (strcmp(clock_s, "wall") != 0) {
-        return cli_fail(C, "--clock: '%s' is not wall or thread", clock_s);
+        return bench_fail(errs_, C, "--clock: '%s' is not wall or thread", clock_s);
     }
     use_thread_clock = o.thread_clock;
-    if (cli_parse_int(C, "repeats", rep_s, 1, 64, &v)) return 1;
+    if (bench_parse_int(errs_, C, "repeats", rep_s, 1, 64, &v)) return 1;
     o.repeats = (int)v;
     char *cfg_text = NULL;
     if (config) {
-        cfg_text = cli_read_config(C, config);
+        cfg_text = bench_read_config(errs_, C, config);
         if (!cfg_text) return 1;
         o.config = cfg_text;
     }
     double sp[64];
     int ns = 1;
     if (sweep) {
-        if (!csv) { free(cfg_text); return cli_fail(C, "--sweep needs --csv FILE"); }
+        if (!csv) { free(cfg_text); return bench_fail(errs_, C, "--sweep needs --csv FILE"); }
         ns = parse_list(C, sweep, sp, 64);
         if (ns < 0) { free(cfg_text); return 1; }
     } else {
-        if (cli_parse_double(C, "sparsity", s_s, 0.0, 0.999, &d)) { free(cfg_text); return 1; }
+        if (bench_parse_double(errs_, C, "sparsity", s_s, 0.0, 0.999, &d)) { free(cfg_text); return 1; }
         sp[0] = d;
     }
 
@@ -395,19 +392,19 @@ int bench_cpu(int argc, char **argv)
     FILE *cf = NULL;
     int rc = 1;
     if (tj_cpu_jit_create(&jit, &err) != TJ_OK || tj_pool_create(o.threads, &pool, &err) != TJ_OK) {
-        cli_fail(C, "%s", err.msg);
+        bench_fail(errs_, C, "%s", err.msg);
         goto out;
     }
     if (csv && !(cf = fopen(csv, "w"))) {
-        cli_fail(C, "cannot write %s", csv);
+        bench_fail(errs_, C, "cannot write %s", csv);
         goto out;
     }
     if (cf) fprintf(cf, "m,n,k,g,mode,sparsity,density,threads,tilejit_ms,speedup,dense_ms,kept_gflops,dense_gflops,jit_ms,relerr,config,baseline,onednn_f32_ms,onednn_bf16_ms,openblas_ms\n");
-    printf("tilejit bench: cpu %s, M=%lld N=%lld K=%lld g=%lld tw%d, %d thread(s), seed %llu, %s clock\n",
+    fprintf(out_, "tilejit bench: cpu %s, M=%lld N=%lld K=%lld g=%lld tw%d, %d thread(s), seed %llu, %s clock\n",
            tj_host_cpu_name(), (long long)o.m, (long long)o.n, (long long)o.k, (long long)o.g, o.mode, o.threads,
            (unsigned long long)o.seed, o.thread_clock ? "thread CPU" : "wall");
     double peak = tj_dense_fma_peak(o.threads, 0.3);
-    printf("fp32 FMA peak (measured): %.1f GFLOP/s on %d thread(s)\n", peak, o.threads);
+    fprintf(out_, "fp32 FMA peak (measured): %.1f GFLOP/s on %d thread(s)\n", peak, o.threads);
     bresult res;
     for (int i = 0; i < ns; i++) {
         if (bench_point(C, &o, sp[i], jit, pool, &res)) goto out;
@@ -415,17 +412,17 @@ int bench_cpu(int argc, char **argv)
             double dflop = 2.0 * (double)o.m * (double)o.n * (double)o.k;
             for (int kd = 0; kd < TJ_DENSE_NKINDS; kd++) {
                 if (isnan(res.base_s[kd]))
-                    printf("baseline %-11s unavailable: %s\n", tj_dense_kind_word((tj_dense_kind)kd), res.base_why[kd]);
+                    fprintf(out_, "baseline %-11s unavailable: %s\n", tj_dense_kind_word((tj_dense_kind)kd), res.base_why[kd]);
                 else
-                    printf("baseline %-11s %s: %.4f ms, %.1f GFLOP/s%s\n", tj_dense_kind_word((tj_dense_kind)kd),
+                    fprintf(out_, "baseline %-11s %s: %.4f ms, %.1f GFLOP/s%s\n", tj_dense_kind_word((tj_dense_kind)kd),
                            res.base_name[kd], res.base_s[kd] * 1e3, dflop / res.base_s[kd] * 1e-9,
                            kd == res.best ? "  <- dense (fastest fp32)" : "");
             }
-            printf("%-6s %-8s %11s %11s %9s %9s %8s %7s %8s %9s\n", "sparse", "density", "tilejit_ms", "dense_ms",
+            fprintf(out_, "%-6s %-8s %11s %11s %9s %9s %8s %7s %8s %9s\n", "sparse", "density", "tilejit_ms", "dense_ms",
                    "kept_GF/s", "dense_GF/s", "speedup", "ideal", "jit_ms", "relerr");
         }
         print_row(&o, &res);
-        fflush(stdout);
+        fflush(out_);
         if (cf)
             fprintf(cf, "%lld,%lld,%lld,%lld,tw%d,%.4f,%.6f,%d,%.5f,%.4f,%.5f,%.2f,%.2f,%.2f,%.3g,\"%s\",%s,%.5f,%.5f,%.5f\n", (long long)o.m,
                     (long long)o.n, (long long)o.k, (long long)o.g, o.mode, res.sparsity, res.density, o.threads,
@@ -436,13 +433,13 @@ int bench_cpu(int argc, char **argv)
                     res.base_s[TJ_DENSE_ONEDNN_BF16] * 1e3, res.base_s[TJ_DENSE_OPENBLAS] * 1e3);
     }
     if (cf) {
-        if (fclose(cf) != 0) { cf = NULL; cli_fail(C, "error writing %s", csv); goto out; }
+        if (fclose(cf) != 0) { cf = NULL; bench_fail(errs_, C, "error writing %s", csv); goto out; }
         cf = NULL;
         if (plot && write_plot(C, csv, plot, &o)) goto out;
     }
-    printf("config %s\n", res.cfg);
+    fprintf(out_, "config %s\n", res.cfg);
     double dflop = 2.0 * (double)o.m * (double)o.n * (double)o.k;
-    printf("speedup %.3f tilejit_ms %.4f dense_ms %.4f kept_gflops %.2f baseline %s baseline_gflops %.2f peak_gflops %.2f "
+    fprintf(out_, "speedup %.3f tilejit_ms %.4f dense_ms %.4f kept_gflops %.2f baseline %s baseline_gflops %.2f peak_gflops %.2f "
            "onednn_f32_ms %.4f onednn_bf16_ms %.4f openblas_ms %.4f speedup_bf16 %.3f\n",
            res.dense_s / res.tj_s, res.tj_s * 1e3, res.dense_s * 1e3, 2.0 * (double)o.m * (double)res.kept / res.tj_s * 1e-9,
            tj_dense_kind_word((tj_dense_kind)res.best), dflop / res.dense_s * 1e-9, peak,
