@@ -62,6 +62,7 @@ void tj_sha256_init(tj_sha256 *s)
 
 void tj_sha256_update(tj_sha256 *s, const void *data, size_t n)
 {
+    if (n == 0) return; /* data may be NULL (an empty array): memcpy must not see it */
     const uint8_t *p = data;
     s->len += n;
     if (s->nbuf) {
