@@ -7,41 +7,24 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/safetensors.h"
-#include "pattern/random.h"
-#include "pattern/pattern.h"
 #include "cli_run.h"
-#include "tj_test.h"
+#include "tj_model.h"
 
 int main(void)
 {
     const char *exe = getenv("TJ_TILEJIT");
     if (!exe) return 77;
-    char dir[512], pat[600], wts[600], c1[600], c2[600], logp[600], out[600];
+    char dir[512], c1[600], c2[600], logp[600], out[600];
     const char *tmp = getenv("TMPDIR");
     snprintf(dir, sizeof dir, "%s/tj_cpu_dispatch_XXXXXX", tmp && *tmp ? tmp : "/tmp");
     if (!mkdtemp(dir)) return 1;
-    snprintf(pat, sizeof pat, "%s/p.json", dir);
-    snprintf(wts, sizeof wts, "%s/w.safetensors", dir);
     snprintf(c1, sizeof c1, "%s/c1.json", dir);
     snprintf(c2, sizeof c2, "%s/c2.json", dir);
     snprintf(logp, sizeof logp, "%s/log.jsonl", dir);
     snprintf(out, sizeof out, "%s/out.txt", dir);
-
-    tj_error err;
-    tj_layer l;
-    tj_random_spec spec = {.n = 256, .k = 192, .g = 64, .sparsity = 0.75, .mode = 1, .seed = 21, .act = TJ_ACT_GELU};
-    CHECK_OK(tj_random_layer(&spec, "fc", &l, &err), &err);
-    tj_pattern p = {1, &l};
-    CHECK_OK(tj_pattern_save(&p, pat, &err), &err);
-    tj_rng rng = {17};
-    float *w = malloc(256 * 192 * sizeof *w), bias[256];
-    tj_test_fill(&rng, w, 256 * 192);
-    tj_test_fill(&rng, bias, 256);
-    int64_t sw[2] = {256, 192}, sb[1] = {256};
-    tj_st_out_tensor t[2] = {{"fc.weight", "F32", 2, sw, w, sizeof(float) * 256 * 192},
-                             {"fc.bias", "F32", 1, sb, bias, sizeof bias}};
-    CHECK_OK(tj_st_write(wts, t, 2, NULL, &err), &err);
+    tj_test_model mdl;
+    if (tj_test_model_make(&mdl, dir, 21, 17, TJ_ACT_GELU)) return 1;
+    const char *pat = mdl.pat, *wts = mdl.wts;
 
     /* two configs that fit any host (4 × 8 floats: AVX2 and AVX-512 alike), told apart by unroll */
     FILE *f = fopen(c1, "w");
@@ -65,8 +48,7 @@ int main(void)
         CHECKF(tj_test_count_lines(out, runs[i].want) == 1 && tj_test_count_lines(out, "config at M =") == 1,
                "model --m %d did not run the config with %s: see %s", runs[i].m, runs[i].want, out);
     }
-    free(w);
-    tj_layer_free(&l);
+    tj_test_model_free(&mdl);
     if (!tj_test_failures) tj_test_sh("rm -rf '%s'", dir);
     return tj_test_end();
 }

@@ -13,41 +13,28 @@
 #include "runtime/model.h"
 #include "base/npy.h"
 #include "gen/emit_llvm.h"
-#include "pattern/random.h"
 #include "cli_run.h"
-#include "tj_test.h"
+#include "tj_model.h"
 
 
 int main(void)
 {
     const char *exe = getenv("TJ_TILEJIT");
     if (!exe) return 77;
-    char dir[512], pat[600], wts[600], cfgs[600], logp[600], out[600], xin[600], yout[600];
+    char dir[512], cfgs[600], logp[600], out[600], xin[600], yout[600];
     const char *tmp = getenv("TMPDIR");
     snprintf(dir, sizeof dir, "%s/tj_tune_cpu_XXXXXX", tmp && *tmp ? tmp : "/tmp");
     if (!mkdtemp(dir)) return 1;
-    snprintf(pat, sizeof pat, "%s/p.json", dir);
-    snprintf(wts, sizeof wts, "%s/w.safetensors", dir);
     snprintf(cfgs, sizeof cfgs, "%s/c.json", dir);
     snprintf(logp, sizeof logp, "%s/log.jsonl", dir);
     snprintf(out, sizeof out, "%s/out.txt", dir);
     snprintf(xin, sizeof xin, "%s/x.npy", dir);
     snprintf(yout, sizeof yout, "%s/y.npy", dir);
-
     tj_error err;
-    tj_layer l;
-    tj_random_spec spec = {.n = 256, .k = 192, .g = 64, .sparsity = 0.75, .mode = 1, .seed = 11, .act = TJ_ACT_RELU};
-    CHECK_OK(tj_random_layer(&spec, "fc", &l, &err), &err);
-    tj_pattern p = {1, &l};
-    CHECK_OK(tj_pattern_save(&p, pat, &err), &err);
-    tj_rng rng = {9};
-    float *w = malloc(256 * 192 * sizeof *w), bias[256];
-    tj_test_fill(&rng, w, 256 * 192);
-    tj_test_fill(&rng, bias, 256);
-    int64_t sw[2] = {256, 192}, sb[1] = {256};
-    tj_st_out_tensor t[2] = {{"fc.weight", "F32", 2, sw, w, sizeof(float) * 256 * 192},
-                             {"fc.bias", "F32", 1, sb, bias, sizeof bias}};
-    CHECK_OK(tj_st_write(wts, t, 2, NULL, &err), &err);
+    tj_test_model mdl;
+    if (tj_test_model_make(&mdl, dir, 11, 9, TJ_ACT_RELU)) return 1;
+    const char *pat = mdl.pat, *wts = mdl.wts;
+    tj_rng rng = {10};
 
     /* mr 16 × nr 64 cannot fit the registers: the backend refuses it (compile_error) */
     FILE *f = fopen(cfgs, "w");
@@ -79,8 +66,8 @@ int main(void)
     tj_npy y = {0};
     CHECK_OK(tj_npy_read(yout, &y, &err), &err);
     float *yref = malloc(40 * 256 * sizeof *yref);
-    tj_layer_weights lw = {w, TJ_F32, bias, TJ_F32};
-    tj_reference_linear(&l, &lw, x, 40, yref);
+    tj_layer_weights lw = {mdl.w, TJ_F32, mdl.bias, TJ_F32};
+    tj_reference_linear(&mdl.layer, &lw, x, 40, yref);
     CHECK(y.data && y.rows == 40 && y.cols == 256 && tj_test_relerr(y.data, yref, 40 * 256) < 1e-5);
     tj_npy_free(&y);
     /* a missing log is one clear error */
@@ -89,8 +76,7 @@ int main(void)
     CHECK(rc == 1 && tj_test_count_lines(out, "none") == 1);
     free(x);
     free(yref);
-    free(w);
-    tj_layer_free(&l);
+    tj_test_model_free(&mdl);
     if (!tj_test_failures) tj_test_sh("rm -rf '%s'", dir);
     return tj_test_end();
 }
