@@ -20,31 +20,9 @@ sys.path.insert(0, os.path.join(ROOT, "python"))
 import torch  # noqa: E402
 import transformers  # noqa: E402
 
-SENTENCES = [
-    "The quick brown fox jumps over the lazy dog.",
-    "A man is playing a guitar on the street corner.",
-    "The stock market fell sharply after the announcement.",
-    "Researchers discovered a new species of frog in the rainforest.",
-    "Please remember to water the plants while I am away.",
-    "The train to Berlin leaves at seven o'clock tomorrow morning.",
-    "She finished reading the novel in a single afternoon.",
-    "Sparse matrix multiplication skips the zero weights.",
-    "How many people live in the largest city of Canada?",
-    "The children built a sandcastle on the beach.",
-    "Heavy rain is expected across the region this weekend.",
-    "He forgot his umbrella and got soaked on the way home.",
-    "The recipe calls for two cups of flour and a pinch of salt.",
-    "Our team won the championship for the third year in a row.",
-    "The museum opens a new exhibition on ancient Egypt next month.",
-    "Can you recommend a good restaurant near the station?",
-]
+from tilejit.bert import SAMPLE_SENTENCES as SENTENCES  # noqa: E402
+from tilejit.torch import sentence_embeddings as embed  # noqa: E402
 
-
-def embed(model, batch):
-    with torch.no_grad():
-        h = model(**batch).last_hidden_state
-    m = batch["attention_mask"].unsqueeze(-1).to(h.dtype)
-    return torch.nn.functional.normalize((h * m).sum(1) / m.sum(1), dim=1)
 
 
 def speed(model, batch, runs):
@@ -70,7 +48,7 @@ def main():
     torch.set_num_threads(a.threads)
     tok = transformers.AutoTokenizer.from_pretrained(a.model)
     model = transformers.BertModel.from_pretrained(a.model).eval()
-    sentences = (SENTENCES * (a.batch // len(SENTENCES) + 1))[:a.batch]
+    sentences = list(SENTENCES * (a.batch // len(SENTENCES) + 1))[:a.batch]
     batch = tok(sentences, padding=True, return_tensors="pt")
     tokens = int(batch["attention_mask"].sum())
     before = speed(model, batch, a.runs)

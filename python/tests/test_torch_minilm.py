@@ -23,6 +23,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "python"))
 import tilejit.torch as tjt  # noqa: E402
+from tilejit.bert import SAMPLE_SENTENCES as SENTENCES  # noqa: E402
+from tilejit.torch import sentence_embeddings as embed  # noqa: E402
 
 MODEL = os.environ.get("TJ_MINILM_DIR") or os.path.join(ROOT, "default-model", "all-MiniLM-L6-v2")
 if not os.path.exists(os.path.join(MODEL, "model.safetensors")) or not os.path.exists(os.path.join(MODEL, "config.json")):
@@ -33,40 +35,14 @@ ENCODER = (r"^encoder\.layer\.[0-9]+\.(attention\.(self\.(query|key|value)|outpu
            r"intermediate\.dense|output\.dense)$")
 SPARSITY = float(os.environ.get("TJ_SPARSITY", "0.5"))
 BACKEND = os.environ.get("TJ_PY_BACKEND", "auto")
-SENTENCES = [
-    "The quick brown fox jumps over the lazy dog.",
-    "A man is playing a guitar on the street corner.",
-    "The stock market fell sharply after the announcement.",
-    "Researchers discovered a new species of frog in the rainforest.",
-    "Please remember to water the plants while I am away.",
-    "The train to Berlin leaves at seven o'clock tomorrow morning.",
-    "She finished reading the novel in a single afternoon.",
-    "Sparse matrix multiplication skips the zero weights.",
-    "How many people live in the largest city of Canada?",
-    "The children built a sandcastle on the beach.",
-    "Heavy rain is expected across the region this weekend.",
-    "He forgot his umbrella and got soaked on the way home.",
-    "The recipe calls for two cups of flour and a pinch of salt.",
-    "Our team won the championship for the third year in a row.",
-    "The museum opens a new exhibition on ancient Egypt next month.",
-    "Can you recommend a good restaurant near the station?",
-]
-
-
-def embed(model, tok, sentences):
-    batch = tok(sentences, padding=True, truncation=True, return_tensors="pt")
-    with torch.no_grad():
-        h = model(**batch).last_hidden_state
-    m = batch["attention_mask"].unsqueeze(-1).to(h.dtype)
-    e = (h * m).sum(1) / m.sum(1).clamp(min=1e-9)
-    return torch.nn.functional.normalize(e, dim=1)
 
 
 def main():
     torch.manual_seed(0)
     tok = transformers.AutoTokenizer.from_pretrained(MODEL)
     model = transformers.BertModel.from_pretrained(MODEL).eval()
-    dense = embed(model, tok, SENTENCES)
+    batch = tok(list(SENTENCES), padding=True, truncation=True, return_tensors="pt")
+    dense = embed(model, batch)
     t0 = time.perf_counter()
     rep = tjt.sparsify(model, sparsity=SPARSITY, layers=ENCODER, backend=BACKEND)
     print(rep)
@@ -79,8 +55,8 @@ def main():
     swapped = sum(isinstance(m, tjt.TWLinear) for m in model.modules())
     if swapped != 36:
         fails.append("%d TWLinear modules in the model, expected 36" % swapped)
-    sparse = embed(model, tok, SENTENCES)
-    ref = embed(tjt.dense_copy(model), tok, SENTENCES)
+    sparse = embed(model, batch)
+    ref = embed(tjt.dense_copy(model), batch)
     cos = (sparse * ref).sum(1)
     cos_dense = (sparse * dense).sum(1)
     print("cosine(tilejit, masked dense) over %d sentences: min %.8f mean %.8f"

@@ -28,6 +28,27 @@ from . import safetensors
 STAGES = (("attention.self.query", "attention.self.key", "attention.self.value"),
           ("attention.output.dense",), ("intermediate.dense",), ("output.dense",))
 
+# Sixteen everyday sentences for examples and quick checks (not a quality measurement: that uses
+# fortunes_corpus and corpus_split below).
+SAMPLE_SENTENCES = (
+    "The quick brown fox jumps over the lazy dog.",
+    "A man is playing a guitar on the street corner.",
+    "The stock market fell sharply after the announcement.",
+    "Researchers discovered a new species of frog in the rainforest.",
+    "Please remember to water the plants while I am away.",
+    "The train to Berlin leaves at seven o'clock tomorrow morning.",
+    "She finished reading the novel in a single afternoon.",
+    "Sparse matrix multiplication skips the zero weights.",
+    "How many people live in the largest city of Canada?",
+    "The children built a sandcastle on the beach.",
+    "Heavy rain is expected across the region this weekend.",
+    "He forgot his umbrella and got soaked on the way home.",
+    "The recipe calls for two cups of flour and a pinch of salt.",
+    "Our team won the championship for the third year in a row.",
+    "The museum opens a new exhibition on ancient Egypt next month.",
+    "Can you recommend a good restaurant near the station?",
+)
+
 
 class WordPiece:
     """BERT's basic tokenizer + WordPiece over the model's vocab.txt (uncased)."""

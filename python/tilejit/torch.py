@@ -458,6 +458,15 @@ def sparsify(model, pattern=None, weights=None, *, sparsity=None, mode="tw1", g=
     return rep
 
 
+def sentence_embeddings(model, batch):
+    """Sentence embeddings of a Hugging Face encoder as sentence-transformers computes them: the
+    last hidden state mean-pooled over the real tokens (attention mask), L2-normalised."""
+    with torch.no_grad():
+        h = model(**batch).last_hidden_state
+    m = batch["attention_mask"].unsqueeze(-1).to(h.dtype)
+    return nn.functional.normalize((h * m).sum(1) / m.sum(1).clamp(min=1e-9), dim=1)
+
+
 def dense_copy(model):
     """A deep copy of the model with every TWLinear back as an nn.Linear holding W ⊙ mask: the
     dense model that computes what the sparse one computes (to check it, or to compare speed)."""
