@@ -36,13 +36,16 @@ static const tj_tune_axis cpu_axes[CPU_NAXES] = {
 /* The backend's built-in default must be a point of the space (the adaptive search measures it
  * first, so a tuned config is never slower than the default as measured). With LLVM it comes
  * from tj_cpu_config_default(); the values below mirror it for builds without. */
-static void cpu_default(int v[CPU_NAXES])
+static void cpu_default(const tj_tune_host *h, int v[CPU_NAXES])
 {
 #if TJ_HAVE_LLVM
+    (void)h;
     tj_cpu_config d = tj_cpu_config_default();
     int dv[CPU_NAXES] = {d.mr, d.nr, d.offsets == TJ_CPU_OFFSETS_UNROLLED, d.unroll, d.mb, d.kc};
 #else
-    int dv[CPU_NAXES] = {6, 64, 0 /* table */, 4, 0, 0};
+    /* tj_cpu_config_default's rule by vector width (that function needs the LLVM build) */
+    int vec = h->vec > 0 ? h->vec : 16;
+    int dv[CPU_NAXES] = {vec < 8 ? 4 : 6, vec == 16 ? 64 : vec == 8 ? 16 : 2 * vec, 0 /* table */, 4, 0, 0};
 #endif
     memcpy(v, dv, sizeof dv);
 }
@@ -215,7 +218,7 @@ tj_status tj_tune_space_build(const char *backend, const tj_tune_host *h, tj_tun
     out->naxes = naxes;
     TJ_TRY(space_alloc(out, total, naxes, err));
     int p[16] = {0}, def[CPU_NAXES];
-    cpu_default(def);
+    cpu_default(h, def);
     for (int64_t i = 0; i < total; i++) {
         /* mixed-radix counter, last axis fastest: the canonical order */
         int64_t r = i;

@@ -44,6 +44,14 @@ def version():
     return library().tj_version().decode()
 
 
+def backend_built(backend):
+    """Whether this libtilejit has a backend: "cpu" needs LLVM at build time, "cuda" the CUDA
+    toolkit; "reference" is always there."""
+    if backend not in L.BACKENDS:
+        raise ValueError("tilejit: unknown backend %r (expected one of %s)" % (backend, ", ".join(L.BACKENDS)))
+    return bool(library().tj_backend_built(L.BACKENDS[backend]))
+
+
 def load(pattern, weights, backend="auto", tuning_log=None, threads=0, cache_dir=None, device=0,
          verbose=False, context=None):
     """Loads a pattern (JSON) and its weights (safetensors) and prepares every layer on a backend

@@ -138,6 +138,7 @@ def _declare(lib):
         "tj_version": (c.c_char_p, []),
         "tj_status_string": (c.c_char_p, [c.c_int]),
         "tj_backend_name": (c.c_char_p, [c.c_int]),
+        "tj_backend_built": (c.c_int, [c.c_int]),
         "tj_options_default": (Options, []),
         "tj_context_create": (c.c_int, [P(Options), P(c.c_void_p)]),
         "tj_context_destroy": (None, [c.c_void_p]),

@@ -32,7 +32,7 @@ import weakref
 import torch
 from torch import nn
 
-from . import Context, Model, TilejitError
+from . import Context, Model, TilejitError, backend_built
 from . import _lib as L
 
 __all__ = ["TWLinear", "sparsify", "SparsifyReport", "linear", "layer_mask", "dense_copy"]
@@ -57,7 +57,10 @@ class _Group:
     def _backend_for(self, device):
         if device.type == "cuda":
             return "cuda"
-        return self.backend if self.backend in ("cpu", "reference") else "cpu"
+        if self.backend in ("cpu", "reference"):
+            return self.backend
+        # auto on host tensors: the JIT backend, or the plain loops in a build without LLVM
+        return "cpu" if backend_built("cpu") else "reference"
 
     def model(self, device):
         """The compiled model for a torch device, built on first use."""
