@@ -64,6 +64,7 @@ tj_status tj_cuda_device_open(int ordinal, tj_cuda_device **out, tj_error *err)
     d->sync_check = sync && *sync && strcmp(sync, "0") != 0;
     const char *grid = getenv("TILEJIT_CUDA_GRID");
     d->grid_full = grid && strcmp(grid, "full") == 0;
+    d->grid_cap = grid && !d->grid_full ? atoi(grid) : 0;
     if (d->sm < TJ_CUDA_MIN_SM) {
         s = tj_fail(err, TJ_ERR_UNSUPPORTED,
                     "CUDA device %d (%s) has compute capability %d.%d; tilejit's kernels need %d.%d or newer",
@@ -317,6 +318,7 @@ tj_status tj_cuda_kernel_launch(tj_cuda_device *d, const tj_cuda_kernel *k, cons
          * (docs/cuda-runtime.md); the occupancy calculator's 0 (cannot fit) leaves the full grid. */
         if (f == k->tiles && !d->grid_full && k->blocks_per_sm > 0)
             gx = tj_cuda_persistent_grid(gx, d->sm_count, k->blocks_per_sm);
+        if (f == k->tiles && d->grid_cap > 0) gx = tj_cuda_persistent_grid(gx, d->grid_cap, 1);
         s = TJ_CU(&d->cu, err, LaunchKernel(f, gx, L->grid[1], L->grid[2], L->block[0], L->block[1], L->block[2],
                                             L->smem, stream, params, NULL));
         if (s != TJ_OK) {
