@@ -322,6 +322,8 @@ int64_t tj_cuda_tiles_work(const tj_layer *l, const tj_cuda_config *c, int64_t m
     return m > 0 ? count_items(l, c->bn) * ((m + c->bm - 1) / c->bm) : 0;
 }
 
+int tj_cuda_template_persistent(tj_cuda_template t) { return t == TJ_CUDA_TEMPLATE_MMA || t == TJ_CUDA_TEMPLATE_SIMT; }
+
 uint32_t tj_cuda_persistent_grid(uint32_t work, int sm_count, int blocks_per_sm)
 {
     int64_t slots = (int64_t)(sm_count > 0 ? sm_count : 1) * (blocks_per_sm > 0 ? blocks_per_sm : 1);

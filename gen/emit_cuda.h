@@ -42,7 +42,8 @@
  * (tj_items: packed-block offset, ld, rows, first feature, width) and every tile's kept-row
  * indices (cfg.offsets: a __constant__ table, or immediates in code) — see templates/README.md.
  *
- * Grid. tj_tiles: 1-D, any number of blocks from 1 to its work, nitems × ceil(M / bm) work items
+ * Grid. tj_tiles: 1-D, any number of blocks from 1 to its work (templates for which
+ * tj_cuda_template_persistent says so; others exactly the work), nitems × ceil(M / bm) work items
  * (tj_cuda_tiles_work): work item w is item w / mblocks (items heaviest first: most kept rows,
  * each = bn features of one tile) and tokens (w % mblocks)·bm … +bm; block b takes w = b,
  * b + gridDim.x, … (a static schedule, no atomics). tj_cuda_geometry gives the full grid, one
@@ -125,6 +126,9 @@ tj_status tj_cuda_geometry(const tj_layer *l, const tj_cuda_config *c, int64_t m
 
 /* tj_tiles' work items for M tokens: nitems × ceil(M / bm); 0 when M ≤ 0. */
 int64_t tj_cuda_tiles_work(const tj_layer *l, const tj_cuda_config *c, int64_t m);
+/* 1 when the template's tj_tiles loops over work items (any grid from 1 block is valid): mma and
+ * simt. A template without the loop must be launched on the full grid (tj_cuda_geometry's). */
+int tj_cuda_template_persistent(tj_cuda_template t);
 /* The persistent grid of tj_tiles: min(work, sm_count × blocks_per_sm) (a count ≤ 0 counts as 1),
  * so every block is resident at once and loops over its share of the work. */
 uint32_t tj_cuda_persistent_grid(uint32_t work, int sm_count, int blocks_per_sm);

@@ -316,9 +316,10 @@ tj_status tj_cuda_kernel_launch(tj_cuda_device *d, const tj_cuda_kernel *k, cons
         uint32_t gx = L->grid[0];
         /* Persistent tj_tiles: as many blocks as are resident at once, each looping over work items
          * (docs/cuda-runtime.md); the occupancy calculator's 0 (cannot fit) leaves the full grid. */
-        if (f == k->tiles && !d->grid_full && k->blocks_per_sm > 0)
+        int persistent = f == k->tiles && tj_cuda_template_persistent(k->cfg.tmpl);
+        if (persistent && !d->grid_full && k->blocks_per_sm > 0)
             gx = tj_cuda_persistent_grid(gx, d->sm_count, k->blocks_per_sm);
-        if (f == k->tiles && d->grid_cap > 0) gx = tj_cuda_persistent_grid(gx, d->grid_cap, 1);
+        if (persistent && d->grid_cap > 0) gx = tj_cuda_persistent_grid(gx, d->grid_cap, 1);
         s = TJ_CU(&d->cu, err, LaunchKernel(f, gx, L->grid[1], L->grid[2], L->block[0], L->block[1], L->block[2],
                                             L->smem, stream, params, NULL));
         if (s != TJ_OK) {

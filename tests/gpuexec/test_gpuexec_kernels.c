@@ -151,7 +151,7 @@ int main(int argc, char **argv)
             accesses += res.stats.accesses;
             double rel, max;
             tj_hx_layer_tolerance(&c, &rel, &max);
-            persistent_runs += k.grid > 0;
+            persistent_runs += k.grid > 0 && tj_cuda_template_persistent(c.tmpl);
             CHECKF(st == TJ_OK, "%s g%lld kind %d M=%d grid %d: %s", json, (long long)g, kind, k.m, k.grid, err.msg);
             if (st) break;
             CHECKF(res.nonfinite == 0 && res.pad_writes == 0 && res.rel_err <= rel && res.max_err <= max,
