@@ -43,6 +43,7 @@
     X(ModuleGetFunction)        \
     X(FuncSetAttribute)         \
     X(FuncGetAttribute)         \
+    X(OccupancyMaxActiveBlocksPerMultiprocessor) \
     X(LaunchKernel)             \
     X(StreamCreate)             \
     X(StreamDestroy)            \

@@ -215,6 +215,16 @@ void tj_cuda_layout_free(tj_cuda_layout *lay)
     memset(lay, 0, sizeof *lay);
 }
 
+/* qsort order of work items: more kept rows first, then tile order (cbase; empty tiles share one),
+ * then the first feature (unique): a total order, so the table is deterministic. */
+static int item_heavier(const void *pa, const void *pb)
+{
+    const tj_cuda_item *a = pa, *b = pb;
+    if (a->nrows != b->nrows) return a->nrows > b->nrows ? -1 : 1;
+    if (a->cbase != b->cbase) return a->cbase < b->cbase ? -1 : 1;
+    return (a->fbase > b->fbase) - (a->fbase < b->fbase);
+}
+
 tj_status tj_cuda_layout_build(const tj_layer *l, const tj_plan *p, const tj_cuda_config *c,
                                tj_cuda_layout *out, tj_error *err)
 {
@@ -265,6 +275,10 @@ tj_status tj_cuda_layout_build(const tj_layer *l, const tj_plan *p, const tj_cud
         }
         cc += (nr + c->bk - 1) / c->bk;
     }
+    /* Heaviest first by item, not by tile: an item's cost is its chunks (all BN features are
+     * computed whatever its width), so a narrow tile with many rows goes before a wide one with
+     * fewer. Ties keep tile order. This table is the persistent grid's static schedule. */
+    qsort(out->items, (size_t)nitems, sizeof *out->items, item_heavier);
     out->nitems = nitems;
     out->nchunks = nchunks;
     return TJ_OK;
@@ -303,6 +317,19 @@ static tj_status add_launch(tj_cuda_launch *o, const char *kernel, int64_t block
     return TJ_OK;
 }
 
+int64_t tj_cuda_tiles_work(const tj_layer *l, const tj_cuda_config *c, int64_t m)
+{
+    return m > 0 ? count_items(l, c->bn) * ((m + c->bm - 1) / c->bm) : 0;
+}
+
+int tj_cuda_template_persistent(tj_cuda_template t) { return t == TJ_CUDA_TEMPLATE_MMA || t == TJ_CUDA_TEMPLATE_SIMT; }
+
+uint32_t tj_cuda_persistent_grid(uint32_t work, int sm_count, int blocks_per_sm)
+{
+    int64_t slots = (int64_t)(sm_count > 0 ? sm_count : 1) * (blocks_per_sm > 0 ? blocks_per_sm : 1);
+    return work < slots ? work : (uint32_t)slots;
+}
+
 tj_status tj_cuda_geometry(const tj_layer *l, const tj_cuda_config *c, int64_t m,
                            tj_cuda_launch out[TJ_CUDA_MAX_LAUNCHES], int *count, tj_error *err)
 {
@@ -313,7 +340,7 @@ tj_status tj_cuda_geometry(const tj_layer *l, const tj_cuda_config *c, int64_t m
     int64_t nitems = count_items(l, c->bn), n_fill = l->n - l->ncols, n_ew = count_ew_rows(l);
     int64_t aux_mb = (m + TJ_CUDA_AUX_THREADS - 1) / TJ_CUDA_AUX_THREADS;
     if (nitems > 0)
-        TJ_TRY(add_launch(&out[(*count)++], "tj_tiles", nitems * ((m + c->bm - 1) / c->bm), 32 * c->warps,
+        TJ_TRY(add_launch(&out[(*count)++], "tj_tiles", tj_cuda_tiles_work(l, c, m), 32 * c->warps,
                           tj_cuda_smem_bytes(c), err));
     if (n_fill > 0) TJ_TRY(add_launch(&out[(*count)++], "tj_fill", n_fill * aux_mb, TJ_CUDA_AUX_THREADS, 0, err));
     if (n_ew > 0) TJ_TRY(add_launch(&out[(*count)++], "tj_ew", n_ew * aux_mb, TJ_CUDA_AUX_THREADS, 0, err));

@@ -42,9 +42,14 @@
  * (tj_items: packed-block offset, ld, rows, first feature, width) and every tile's kept-row
  * indices (cfg.offsets: a __constant__ table, or immediates in code) — see templates/README.md.
  *
- * Grid. tj_tiles: 1-D, nitems × ceil(M / bm) blocks; block b handles work item b / mblocks
- * (items in tile order heaviest first, each = bn features of one tile) and tokens
- * (b % mblocks)·bm … +bm. tj_fill / tj_ew: 1-D, n_fill (n_ew_rows) × ceil(M / 256) blocks of 256.
+ * Grid. tj_tiles: 1-D, any number of blocks from 1 to its work (templates for which
+ * tj_cuda_template_persistent says so; others exactly the work), nitems × ceil(M / bm) work items
+ * (tj_cuda_tiles_work): work item w is item w / mblocks (items heaviest first: most kept rows,
+ * each = bn features of one tile) and tokens (w % mblocks)·bm … +bm; block b takes w = b,
+ * b + gridDim.x, … (a static schedule, no atomics). tj_cuda_geometry gives the full grid, one
+ * item per block; the runtime launches tj_cuda_persistent_grid blocks (SMs × resident blocks per
+ * SM) unless TILEJIT_CUDA_GRID=full. tj_fill / tj_ew: 1-D, n_fill (n_ew_rows) × ceil(M / 256)
+ * blocks of 256.
  */
 #ifndef TJ_EMIT_CUDA_H
 #define TJ_EMIT_CUDA_H
@@ -58,7 +63,7 @@
 
 #define TJ_CUDA_ABI_VERSION 1
 /* Bumped whenever emitted source may change for the same inputs (part of the cache key). */
-#define TJ_CUDA_GEN_VERSION "tilejit-cuda-gen-2"
+#define TJ_CUDA_GEN_VERSION "tilejit-cuda-gen-3"
 #define TJ_CUDA_PACK_PAD 8      /* tj_plan pad of the packed weights (16 bytes of halves) */
 #define TJ_CUDA_AUX_THREADS 256 /* block size of tj_fill and tj_ew */
 #define TJ_CUDA_MAX_LAUNCHES 3
@@ -118,6 +123,15 @@ typedef struct tj_cuda_launch {
  * 0 when M == 0). Errors when the grid would exceed 2^31 − 1 blocks. */
 tj_status tj_cuda_geometry(const tj_layer *l, const tj_cuda_config *c, int64_t m,
                            tj_cuda_launch out[TJ_CUDA_MAX_LAUNCHES], int *count, tj_error *err);
+
+/* tj_tiles' work items for M tokens: nitems × ceil(M / bm); 0 when M ≤ 0. */
+int64_t tj_cuda_tiles_work(const tj_layer *l, const tj_cuda_config *c, int64_t m);
+/* 1 when the template's tj_tiles loops over work items (any grid from 1 block is valid): mma and
+ * simt. A template without the loop must be launched on the full grid (tj_cuda_geometry's). */
+int tj_cuda_template_persistent(tj_cuda_template t);
+/* The persistent grid of tj_tiles: min(work, sm_count × blocks_per_sm) (a count ≤ 0 counts as 1),
+ * so every block is resident at once and loops over its share of the work. */
+uint32_t tj_cuda_persistent_grid(uint32_t work, int sm_count, int blocks_per_sm);
 
 /* The one kernel parameter. Mirrors struct tj_args in templates/prelude.cu byte for byte. */
 typedef struct tj_cuda_args {

@@ -62,6 +62,9 @@ tj_status tj_cuda_device_open(int ordinal, tj_cuda_device **out, tj_error *err)
     d->total_mem = (int64_t)total;
     const char *sync = getenv("TILEJIT_SYNC_CHECK");
     d->sync_check = sync && *sync && strcmp(sync, "0") != 0;
+    const char *grid = getenv("TILEJIT_CUDA_GRID");
+    d->grid_full = grid && strcmp(grid, "full") == 0;
+    d->grid_cap = grid && !d->grid_full ? atoi(grid) : 0;
     if (d->sm < TJ_CUDA_MIN_SM) {
         s = tj_fail(err, TJ_ERR_UNSUPPORTED,
                     "CUDA device %d (%s) has compute capability %d.%d; tilejit's kernels need %d.%d or newer",
@@ -225,6 +228,10 @@ tj_status tj_cuda_kernel_load(tj_cuda_device *d, const tj_layer *l, const tj_cud
     if (s == TJ_OK && k->tiles && smem > 48 * 1024)
         s = TJ_CU(&d->cu, err, FuncSetAttribute(k->tiles, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem));
     if (s == TJ_OK && k->tiles) s = TJ_CU(&d->cu, err, FuncGetAttribute(&k->registers, CU_FUNC_ATTRIBUTE_NUM_REGS, k->tiles));
+    /* Resident blocks per SM with this block size and shared memory: the persistent grid's size. */
+    if (s == TJ_OK && k->tiles)
+        s = TJ_CU(&d->cu, err, OccupancyMaxActiveBlocksPerMultiprocessor(&k->blocks_per_sm, k->tiles, 32 * cfg->warps,
+                                                                        (size_t)smem));
     tj_cuda_device_unbind(d, prev);
     if (s != TJ_OK) {
         tj_error_prefix(err, "layer '%s': loading its module", l->name);
@@ -306,18 +313,25 @@ tj_status tj_cuda_kernel_launch(tj_cuda_device *d, const tj_cuda_kernel *k, cons
             s = tj_fail(err, TJ_ERR_INTERNAL, "layer '%s': module has no %s", l->name, L->kernel);
             break;
         }
-        s = TJ_CU(&d->cu, err, LaunchKernel(f, L->grid[0], L->grid[1], L->grid[2], L->block[0], L->block[1],
-                                            L->block[2], L->smem, stream, params, NULL));
+        uint32_t gx = L->grid[0];
+        /* Persistent tj_tiles: as many blocks as are resident at once, each looping over work items
+         * (docs/cuda-runtime.md); the occupancy calculator's 0 (cannot fit) leaves the full grid. */
+        int persistent = f == k->tiles && tj_cuda_template_persistent(k->cfg.tmpl);
+        if (persistent && !d->grid_full && k->blocks_per_sm > 0)
+            gx = tj_cuda_persistent_grid(gx, d->sm_count, k->blocks_per_sm);
+        if (persistent && d->grid_cap > 0) gx = tj_cuda_persistent_grid(gx, d->grid_cap, 1);
+        s = TJ_CU(&d->cu, err, LaunchKernel(f, gx, L->grid[1], L->grid[2], L->block[0], L->block[1], L->block[2],
+                                            L->smem, stream, params, NULL));
         if (s != TJ_OK) {
             tj_error_prefix(err, "layer '%s': launching %s (grid %u, block %u, smem %u)", l->name, L->kernel,
-                            L->grid[0], L->block[0], L->smem);
+                            gx, L->block[0], L->smem);
             break;
         }
         /* Sync-check mode: a fault surfaces here, attributed to this layer and kernel, instead of
          * at some later call of some other layer (errors of asynchronous launches are sticky). */
         if (d->sync_check && (s = TJ_CU(&d->cu, err, StreamSynchronize(stream))) != TJ_OK)
             tj_error_prefix(err, "layer '%s': kernel %s (grid %u, block %u, smem %u, M %lld) failed on the device "
-                            "(TILEJIT_SYNC_CHECK)", l->name, L->kernel, L->grid[0], L->block[0], L->smem, (long long)m);
+                            "(TILEJIT_SYNC_CHECK)", l->name, L->kernel, gx, L->block[0], L->smem, (long long)m);
     }
     tj_cuda_device_unbind(d, prev);
     return s;

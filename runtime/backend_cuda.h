@@ -33,6 +33,8 @@ typedef struct tj_cuda_device {
     int64_t total_mem;
     char name[256];
     int sync_check;       /* TILEJIT_SYNC_CHECK=1: synchronise after every launch, name the faulting one */
+    int grid_full;        /* TILEJIT_CUDA_GRID=full: tj_tiles one work item per block, not persistent */
+    int grid_cap;         /* TILEJIT_CUDA_GRID=N (N > 0): at most N tj_tiles blocks (tests, sanitizer runs) */
 } tj_cuda_device;
 
 /* Opens the driver and device `ordinal` and retains its primary context. Fails with
@@ -69,6 +71,7 @@ typedef struct tj_cuda_kernel {
     double compile_seconds;
     tj_cache_result cache;
     int registers;         /* of tj_tiles */
+    int blocks_per_sm;     /* of tj_tiles, from the driver's occupancy calculator */
     int64_t spill_bytes;
 } tj_cuda_kernel;
 

@@ -1,5 +1,6 @@
 /* ---- tiles_mma.cu: tensor-core tile kernel (mma.sync m16n8k16, ldmatrix, cp.async pipeline) ----
- * Block = one work item (TJ_BN features of one tile) x TJ_BM tokens. Per chunk of TJ_BK kept rows:
+ * Work item = TJ_BN features of one tile x TJ_BM tokens; a block loops over work items (persistent
+ * grid, the loop in tj_tiles). Per chunk of TJ_BK kept rows:
  * packed weights [TJ_BK x TJ_BN] and the gathered rows of x [TJ_BK x TJ_BM] go to shared memory
  * (k-major, rows padded by 8 halves so ldmatrix is bank-conflict free); warps compute
  * features x tokens with mma A = weights (ldmatrix.trans), B = activations (ldmatrix.trans). */
@@ -115,11 +116,9 @@ extern "C" __global__ void __launch_bounds__(TJ_THREADS, TJ_MIN_BLOCKS) tj_tiles
     const unsigned xs0 = ws0 + TJ_STAGES * TJ_WS_STAGE * 2;
     tj_raw16 *const xsp0 = (tj_raw16 *)tj_smem + TJ_STAGES * TJ_WS_STAGE;
     const int mblocks = (a.m + TJ_BM - 1) / TJ_BM;
-    const tj_item it = tj_items[blockIdx.x / mblocks];
-    const int m0 = (blockIdx.x % mblocks) * TJ_BM;
+    const unsigned nwork = (unsigned)(TJ_NITEMS * mblocks), umb = (unsigned)mblocks;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wn = warp % TJ_WARPS_N, wm = warp / TJ_WARPS_N;
-    const int nch = (it.nrows + TJ_BK - 1) / TJ_BK;
     /* This lane's ldmatrix row addresses inside a stage (bytes), fixed for the whole kernel:
      * A matrices (k 0-7, f 0-7) (k 0-7, f 8-15) (k 8-15, f 0-7) (k 8-15, f 8-15) = a0..a3;
      * B matrices (k 0-7, t 0-7) (k 8-15, t 0-7) (k 0-7, t 8-15) (k 8-15, t 8-15) = b of two n8. */
@@ -128,67 +127,78 @@ extern "C" __global__ void __launch_bounds__(TJ_THREADS, TJ_MIN_BLOCKS) tj_tiles
     const unsigned b_lane =
         (unsigned)((((lane & 7) + ((lane >> 3) & 1) * 8) * TJ_XS_LD + wm * TJ_WTM + (lane >> 4) * 8) * 2);
 
-    float acc[TJ_MI][TJ_NI][4];
-#pragma unroll
-    for (int i = 0; i < TJ_MI; ++i)
-#pragma unroll
-        for (int j = 0; j < TJ_NI; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
-
-#pragma unroll
-    for (int s = 0; s < TJ_STAGES - 1; ++s) {
-        if (s < nch)
-            tj_load_chunk(a, it, m0, s, ws0 + s * TJ_WS_STAGE * 2, xs0 + s * TJ_XS_STAGE * 2, xsp0 + s * TJ_XS_STAGE, tid);
-        tj_cp_commit();
-    }
-    int sc = 0, sn = TJ_STAGES - 1; /* stage of chunk c, and of chunk c + TJ_STAGES - 1 */
+    /* Persistent grid: work item w = (item w / mblocks, tokens (w % mblocks)·BM), heaviest first;
+     * block b takes w = b, b + gridDim.x, ... (a grid of nwork blocks is the one-item-per-block
+     * launch). Unsigned: w + gridDim.x cannot overflow. The loop condition is uniform in the block. */
 #pragma unroll 1
-    for (int c = 0; c < nch; ++c) {
-        tj_cp_wait<TJ_STAGES - 2>();
-        __syncthreads(); /* chunk c landed; every warp is done with the stage refilled below */
-        if (c + TJ_STAGES - 1 < nch)
-            tj_load_chunk(a, it, m0, c + TJ_STAGES - 1, ws0 + sn * (TJ_WS_STAGE * 2), xs0 + sn * (TJ_XS_STAGE * 2),
-                          xsp0 + sn * TJ_XS_STAGE, tid);
-        tj_cp_commit();
-        const unsigned wst = ws0 + sc * (TJ_WS_STAGE * 2) + a_lane;
-        const unsigned xst = xs0 + sc * (TJ_XS_STAGE * 2) + b_lane;
-#pragma unroll
-        for (int kk = 0; kk < TJ_BK; kk += 16) {
-            unsigned af[TJ_MI][4], bf[TJ_NI][2];
-#pragma unroll
-            for (int i = 0; i < TJ_MI; ++i) tj_ldsm_x4_t_s(af[i], wst + (unsigned)(kk * TJ_WS_LD + i * 16) * 2u);
-#pragma unroll
-            for (int j = 0; j < TJ_NI; j += 2) {
-                unsigned r[4];
-                tj_ldsm_x4_t_s(r, xst + (unsigned)(kk * TJ_XS_LD + j * 8) * 2u);
-                bf[j][0] = r[0];
-                bf[j][1] = r[1];
-                bf[j + 1][0] = r[2];
-                bf[j + 1][1] = r[3];
-            }
-#pragma unroll
-            for (int i = 0; i < TJ_MI; ++i)
-#pragma unroll
-                for (int j = 0; j < TJ_NI; ++j) tj_mma(acc[i][j], af[i], bf[j]);
-        }
-        sc = sc + 1 == TJ_STAGES ? 0 : sc + 1;
-        sn = sn + 1 == TJ_STAGES ? 0 : sn + 1;
-    }
-    tj_cp_wait<0>();
+    for (unsigned w = blockIdx.x; w < nwork; w += gridDim.x) {
+        const tj_item it = tj_items[w / umb];
+        const int m0 = (int)(w % umb) * TJ_BM;
+        const int nch = (it.nrows + TJ_BK - 1) / TJ_BK;
 
-    /* Epilogue: c0,c1 = (feature g, tokens 2t, 2t+1), c2,c3 = (feature g+8, same tokens). */
+        float acc[TJ_MI][TJ_NI][4];
 #pragma unroll
-    for (int i = 0; i < TJ_MI; ++i) {
+        for (int i = 0; i < TJ_MI; ++i)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int f = wn * TJ_WTN + i * 16 + (lane >> 2) + h * 8;
-            if (f >= it.width) continue;
-            const int n = tj_col(a, it.fbase + f);
+            for (int j = 0; j < TJ_NI; ++j)
 #pragma unroll
-            for (int j = 0; j < TJ_NI; ++j) {
-                const int m = m0 + wm * TJ_WTM + j * 8 + (lane & 3) * 2;
-                tj_finish2(a, n, m, acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+                for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+
+#pragma unroll
+        for (int s = 0; s < TJ_STAGES - 1; ++s) {
+            if (s < nch)
+                tj_load_chunk(a, it, m0, s, ws0 + s * TJ_WS_STAGE * 2, xs0 + s * TJ_XS_STAGE * 2, xsp0 + s * TJ_XS_STAGE, tid);
+            tj_cp_commit();
+        }
+        int sc = 0, sn = TJ_STAGES - 1; /* stage of chunk c, and of chunk c + TJ_STAGES - 1 */
+#pragma unroll 1
+        for (int c = 0; c < nch; ++c) {
+            tj_cp_wait<TJ_STAGES - 2>();
+            __syncthreads(); /* chunk c landed; every warp is done with the stage refilled below */
+            if (c + TJ_STAGES - 1 < nch)
+                tj_load_chunk(a, it, m0, c + TJ_STAGES - 1, ws0 + sn * (TJ_WS_STAGE * 2), xs0 + sn * (TJ_XS_STAGE * 2),
+                              xsp0 + sn * TJ_XS_STAGE, tid);
+            tj_cp_commit();
+            const unsigned wst = ws0 + sc * (TJ_WS_STAGE * 2) + a_lane;
+            const unsigned xst = xs0 + sc * (TJ_XS_STAGE * 2) + b_lane;
+#pragma unroll
+            for (int kk = 0; kk < TJ_BK; kk += 16) {
+                unsigned af[TJ_MI][4], bf[TJ_NI][2];
+#pragma unroll
+                for (int i = 0; i < TJ_MI; ++i) tj_ldsm_x4_t_s(af[i], wst + (unsigned)(kk * TJ_WS_LD + i * 16) * 2u);
+#pragma unroll
+                for (int j = 0; j < TJ_NI; j += 2) {
+                    unsigned r[4];
+                    tj_ldsm_x4_t_s(r, xst + (unsigned)(kk * TJ_XS_LD + j * 8) * 2u);
+                    bf[j][0] = r[0];
+                    bf[j][1] = r[1];
+                    bf[j + 1][0] = r[2];
+                    bf[j + 1][1] = r[3];
+                }
+#pragma unroll
+                for (int i = 0; i < TJ_MI; ++i)
+#pragma unroll
+                    for (int j = 0; j < TJ_NI; ++j) tj_mma(acc[i][j], af[i], bf[j]);
+            }
+            sc = sc + 1 == TJ_STAGES ? 0 : sc + 1;
+            sn = sn + 1 == TJ_STAGES ? 0 : sn + 1;
+        }
+        tj_cp_wait<0>();
+        __syncthreads(); /* every warp is done with the stages before the next item's prologue refills them */
+
+        /* Epilogue: c0,c1 = (feature g, tokens 2t, 2t+1), c2,c3 = (feature g+8, same tokens). */
+#pragma unroll
+        for (int i = 0; i < TJ_MI; ++i) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int f = wn * TJ_WTN + i * 16 + (lane >> 2) + h * 8;
+                if (f >= it.width) continue;
+                const int n = tj_col(a, it.fbase + f);
+#pragma unroll
+                for (int j = 0; j < TJ_NI; ++j) {
+                    const int m = m0 + wm * TJ_WTM + j * 8 + (lane & 3) * 2;
+                    tj_finish2(a, n, m, acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+                }
             }
         }
     }

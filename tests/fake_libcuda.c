@@ -1,6 +1,7 @@
 /* A stand-in for libcuda.so.1 (loaded through TILEJIT_LIBCUDA) so the CUDA backend's host-side
  * logic runs on machines without a GPU: driver errors, device checks, model loading (the real
- * NVRTC compiles; module loading is pretended), argument checks, staging and launch arguments.
+ * NVRTC compiles; module loading is pretended), argument checks, staging, launch arguments and
+ * the persistent grid (occupancy: 2 blocks per SM).
  * "Device memory" is host memory; launches are recorded, not run. TJ_FAKE_CUDA selects the
  * machine: "noinit" (cuInit fails), "nodevice" (0 devices), "old" (one sm_75), default one sm_90.
  * TJ_FAKE_CUDA_FAULT=KERNEL makes every launch of that kernel "fault" as a real one would: the
@@ -146,6 +147,16 @@ CUresult CUDAAPI cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name
 }
 CUresult CUDAAPI cuFuncSetAttribute(CUfunction f, CUfunction_attribute a, int v) { (void)f; (void)a; (void)v; return CUDA_SUCCESS; }
 CUresult CUDAAPI cuFuncGetAttribute(int *v, CUfunction_attribute a, CUfunction f) { (void)f; *v = a == CU_FUNC_ATTRIBUTE_NUM_REGS ? 42 : 0; return CUDA_SUCCESS; }
+/* Two resident blocks per SM for every kernel: what the mma kernel's 128-register cap gives
+ * 256-thread blocks. The persistent grid of tj_tiles is then 132 × 2 = 264 blocks. */
+CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessor(int *n, CUfunction f, int block, size_t smem)
+{
+    (void)f;
+    (void)smem;
+    if (tls_current != (CUcontext)&fake_ctx) return CUDA_ERROR_INVALID_CONTEXT;
+    *n = block > 0 && block <= 1024 ? 2 : 0;
+    return block > 0 && block <= 1024 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
 CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                                 unsigned smem, CUstream s, void **params, void **extra)
 {

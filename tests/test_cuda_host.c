@@ -242,6 +242,20 @@ static void test_fake_gpu(void)
     CHECKF(device_call(m, 0, 1, 13, 0, 0, 0) == TJ_OK, "%s", tj_context_error(ctx));
     CHECK(fake_count() == 3 && args_of(fake_launch(0))->ldx == 24 && fake_launch(0)->stream == (void *)0x1234);
     CHECK(fake_count() == 3 && fake_launch(0)->block[0] == 256);
+    /* Persistent tj_tiles: min(work items, 132 SMs × the occupancy calculator's 2 blocks); tj_fill
+     * keeps its full grid. Few tokens: one block per work item, as before. */
+    tj_cuda_config dc = tj_cuda_config_default(A);
+    int64_t Mbig = 17000, work = tj_cuda_tiles_work(A, &dc, Mbig);
+    CHECKF(work > 264, "work %lld: too little to test the cap", (long long)work);
+    fake_reset();
+    CHECKF(device_call(m, 0, 1, Mbig, 0, 0, 0) == TJ_OK, "%s", tj_context_error(ctx));
+    CHECKF(fake_count() == 3 && fake_launch(0)->grid[0] == 264 &&
+               fake_launch(1)->grid[0] == (unsigned)((A->n - A->ncols) * ((Mbig + 255) / 256)),
+           "%d launches, grids %u %u", fake_count(), fake_count() ? fake_launch(0)->grid[0] : 0,
+           fake_count() > 1 ? fake_launch(1)->grid[0] : 0);
+    fake_reset();
+    CHECKF(device_call(m, 0, 1, 13, 0, 0, 0) == TJ_OK, "%s", tj_context_error(ctx));
+    CHECK(fake_count() == 3 && fake_launch(0)->grid[0] == (unsigned)tj_cuda_tiles_work(A, &dc, 13));
     /* Unaligned feature-major x: the SIMT variant (4 warps, no shared memory). */
     fake_reset();
     CHECKF(device_call(m, 0, 1, 13, 0, 0, 1) == TJ_OK, "%s", tj_context_error(ctx));
@@ -347,8 +361,9 @@ static void test_sync_check(void)
     setenv("TILEJIT_LIBCUDA", fake_path, 1);
     setenv("TJ_FAKE_CUDA", "sm90", 1);
     for (int sync = 0; sync < 2; sync++) {
-        if (sync) setenv("TILEJIT_SYNC_CHECK", "1", 1);
-        else unsetenv("TILEJIT_SYNC_CHECK");
+        /* and TILEJIT_CUDA_GRID: "3" (first round) at most 3 tj_tiles blocks, "full" one per work item */
+        if (sync) setenv("TILEJIT_SYNC_CHECK", "1", 1), setenv("TILEJIT_CUDA_GRID", "full", 1);
+        else unsetenv("TILEJIT_SYNC_CHECK"), setenv("TILEJIT_CUDA_GRID", "3", 1); /* at most 3 blocks */
         tj_context *ctx = NULL;
         tj_model *m = NULL;
         CHECK(make_context(TJ_BACKEND_CUDA, 1, 0, &ctx) == TJ_OK);
@@ -381,8 +396,15 @@ static void test_sync_check(void)
             unsetenv("TJ_FAKE_CUDA_FAULT");
             fake_reset();
             CHECKF(device_call(m, 1, 1, 13, 0, 0, 0) == TJ_OK, "%s", tj_context_error(ctx));
+            tj_cuda_config dc = tj_cuda_config_default(&layers[0]);
+            int64_t work = tj_cuda_tiles_work(&layers[0], &dc, 17000);
+            fake_reset();
+            CHECKF(device_call(m, 0, 1, 17000, 0, 0, 0) == TJ_OK, "%s", tj_context_error(ctx));
+            CHECKF(fake_count() == 3 && fake_launch(0)->grid[0] == (unsigned)(sync ? work : 3), "grid %u, work %lld",
+                   fake_count() ? fake_launch(0)->grid[0] : 0, (long long)work);
         }
         tj_model_destroy(m);
+        unsetenv("TILEJIT_CUDA_GRID");
         tj_context_destroy(ctx);
     }
     unsetenv("TILEJIT_SYNC_CHECK");

@@ -127,6 +127,8 @@ tj_status tj_hx_layer_run(tj_hx_exec *e, const tj_hx_build_options *bo, const tj
     double t1 = now_s();
     for (int i = 0; i < count; i++) {
         tj_hx_dim3 grid = {ln[i].grid[0], ln[i].grid[1], ln[i].grid[2]};
+        if (k->grid > 0 && strcmp(ln[i].kernel, "tj_tiles") == 0 && tj_cuda_template_persistent(c->tmpl))
+            grid.x = tj_cuda_persistent_grid(ln[i].grid[0], k->grid, 1);
         tj_hx_dim3 block = {ln[i].block[0], ln[i].block[1], ln[i].block[2]};
         tj_hx_launch_stats s;
         st = tj_hx_launch(e, mod, ln[i].kernel, grid, block, ln[i].smem, invoke_args, &a, &s, err);

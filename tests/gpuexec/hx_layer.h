@@ -14,6 +14,9 @@ typedef struct tj_hx_layer_case {
     int bias;       /* with a bias vector */
     int ldx_pad;    /* extra elements per x row (feature-major: rounded up to keep ldx % 8 == 0) */
     int ldy_pad;    /* extra elements per y row */
+    int grid;       /* tj_tiles blocks: 0 the full grid (one work item each), else a persistent grid of
+                       min(grid, work items) blocks, each looping over several items (only for
+                       templates with the loop: tj_cuda_template_persistent) */
 } tj_hx_layer_case;
 
 typedef struct tj_hx_layer_result {

@@ -3,7 +3,8 @@
  * each config on a ragged random layer (M, n, k not multiples of the tile sizes, empty tiles,
  * kept counts not multiples of 16; tw1, tw2 with column scatter, tew with the ew kernel; bias or
  * none; no activation, relu, gelu) with input dtype, output dtype, x/y layouts and offset mode
- * spread over the configs, at two token counts (below one block, and a ragged second block).
+ * spread over the configs, at two token counts (below one block on the full grid, and a ragged
+ * second block on a persistent grid of 1-3 blocks, so every block runs several work items).
  * Usage: test_gpuexec_kernels [--shard I/N] [--limit K]   (shards split the configs) */
 #include <stdio.h>
 #include <stdlib.h>
@@ -96,7 +97,7 @@ int main(int argc, char **argv)
                     for (int y = 0; y < 4; y++) missing += turn[a][b] > 0 && cover[a][b][d][o][y] == 0;
     /* (the CUDA space has no unrolled offsets: autotune/space.c says why) */
     CHECKF(combo && missing == 0, "%d template/offsets/dtype/out/layout combinations of the space not in the sweep", missing);
-    int configs = 0, runs = 0, compiled = 0;
+    int configs = 0, runs = 0, compiled = 0, persistent_runs = 0;
     double compile_s = 0, run_s = 0;
     int64_t collectives = 0, barriers = 0, accesses = 0;
     for (int64_t i = shard; combo && i < space.count && (limit < 0 || configs < limit); i += nshards) {
@@ -134,8 +135,11 @@ int main(int argc, char **argv)
 
         int ms[2] = {1 + (int)(h >> 40 & 0xffff) % c.bm, c.bm + 1 + (int)(h >> 48 & 0xff) % (c.bm / 2 + 1)};
         for (int r = 0; r < 2; r++) {
+            /* the second run, 2 M blocks, on a persistent grid of 1-3 blocks: each block loops over
+             * several work items through the same shared memory */
             tj_hx_layer_case k = {.m = ms[r], .seed = h + (uint64_t)r, .bias = (h >> 56 & 3) != 0,
-                                  .ldx_pad = (int)(h >> 58 & 3) * 3, .ldy_pad = (int)(h >> 60 & 1)};
+                                  .ldx_pad = (int)(h >> 58 & 3) * 3, .ldy_pad = (int)(h >> 60 & 1),
+                                  .grid = r ? 1 + (int)(h >> 20 & 0xff) % 3 : 0};
             tj_hx_layer_result res;
             st = tj_hx_layer_run(e, NULL, &l, &c, &k, &res, &err);
             runs++;
@@ -147,19 +151,20 @@ int main(int argc, char **argv)
             accesses += res.stats.accesses;
             double rel, max;
             tj_hx_layer_tolerance(&c, &rel, &max);
-            CHECKF(st == TJ_OK, "%s g%lld kind %d M=%d: %s", json, (long long)g, kind, k.m, err.msg);
+            persistent_runs += k.grid > 0 && tj_cuda_template_persistent(c.tmpl);
+            CHECKF(st == TJ_OK, "%s g%lld kind %d M=%d grid %d: %s", json, (long long)g, kind, k.m, k.grid, err.msg);
             if (st) break;
             CHECKF(res.nonfinite == 0 && res.pad_writes == 0 && res.rel_err <= rel && res.max_err <= max,
                    "%s g%lld kind %d M=%d: %lld outputs not finite, %lld padding elements written, rel err %.3g "
-                   "(bound %.3g), max err %.3g (bound %.3g)", json, (long long)g, kind, k.m, (long long)res.nonfinite,
-                   (long long)res.pad_writes, res.rel_err, rel, res.max_err, max);
+                   "(bound %.3g), max err %.3g (bound %.3g), grid %d", json, (long long)g, kind, k.m, (long long)res.nonfinite,
+                   (long long)res.pad_writes, res.rel_err, rel, res.max_err, max, k.grid);
         }
         tj_layer_free(&l);
     }
-    printf("%d configs, %d runs (%d modules compiled, %.1f s compiling and loading, %.1f s running); %lld warp "
+    printf("%d configs, %d runs (%d on a persistent grid of 1-3 blocks; %d modules compiled, %.1f s compiling and loading, %.1f s running); %lld warp "
            "collectives, %lld barriers, %lld checked accesses; every template/offsets/dtype/out/layout combination of the space "
            "are in the whole sweep\n",
-           configs, runs, compiled, compile_s, run_s, (long long)collectives, (long long)barriers, (long long)accesses);
+           configs, runs, persistent_runs, compiled, compile_s, run_s, (long long)collectives, (long long)barriers, (long long)accesses);
     CHECK(configs > 0);
     free(combo);
     tj_tune_space_free(&space);

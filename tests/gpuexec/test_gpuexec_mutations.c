@@ -49,6 +49,15 @@ static const test_case cases[] = {
      "\"offsets\":\"unrolled\"}",
      {.n = 64, .k = 120, .g = 32, .sparsity = 0.6, .mode = 2, .seed = 14, .act = TJ_ACT_NONE},
      {.m = 37, .seed = 8, .bias = 1, .ldx_pad = 5, .ldy_pad = 1}},
+    /* 4: mma on a persistent grid of 3 blocks: 7 tiles x 2 M blocks = 14 work items, ~5 per block,
+     * each reusing the pipeline stages of the one before */
+    {"{\"template\":\"mma\",\"bm\":32,\"bn\":32,\"bk\":16,\"warps\":2,\"stages\":3,\"out\":\"f16\",\"layout\":\"fm\"}",
+     {.n = 200, .k = 150, .g = 32, .sparsity = 0.6, .mode = 1, .seed = 15, .act = TJ_ACT_RELU},
+     {.m = 37, .seed = 9, .bias = 1, .ldx_pad = 0, .ldy_pad = 1, .grid = 3}},
+    /* 5: simt on a persistent grid of 2 blocks */
+    {"{\"template\":\"simt\",\"bm\":32,\"bn\":32,\"bk\":16,\"warps\":4,\"layout\":\"fm\"}",
+     {.n = 150, .k = 90, .g = 32, .sparsity = 0.5, .mode = 2, .seed = 16, .act = TJ_ACT_NONE},
+     {.m = 37, .seed = 10, .bias = 1, .ldx_pad = 0, .ldy_pad = 1, .grid = 2}},
 };
 #define NCASES ((int)(sizeof cases / sizeof *cases))
 
@@ -88,6 +97,14 @@ static const mutation mutations[] = {
      "if (col < it.width) acc[f] = fmaf(tj_in_to_f32(wr[col + 1]), xv, acc[f]);", 2},
     {"ew kernel: activation not applied after the residual", "ew.cu", "tj_store_out(a.y, yi, tj_act(v));",
      "tj_store_out(a.y, yi, v);", 2},
+    {"persistent grid: work-item loop strides one past the grid (items skipped)", "tiles_mma.cu",
+     "for (unsigned w = blockIdx.x; w < nwork; w += gridDim.x) {", "for (unsigned w = blockIdx.x; w < nwork; w += gridDim.x + 1) {", 4},
+    {"persistent grid: no barrier between work items (the next prologue refills stages still read)", "tiles_mma.cu",
+     "        __syncthreads(); /* every warp is done with the stages", "        /* every warp is done with the stages", 4},
+    {"persistent grid: work item split by the wrong M-block count", "tiles_mma.cu",
+     "const tj_item it = tj_items[w / umb];", "const tj_item it = tj_items[w / (umb + 1)];", 4},
+    {"simt persistent grid: every block starts at work item 0", "tiles_simt.cu",
+     "for (unsigned w = blockIdx.x; w < nwork; w += gridDim.x) {", "for (unsigned w = 0; w < nwork; w += gridDim.x) {", 5},
     {"fill kernel: token bound dropped", "fill_ew.cu", "if (i >= a.n_fill || m >= a.m) return;",
      "if (i >= a.n_fill) return;", 0},
 };
