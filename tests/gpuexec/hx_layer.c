@@ -10,8 +10,8 @@
 #include "base/rng.h"
 #include "runtime/model.h"
 
-static const char *const template_names[] = {"prelude.cu", "tiles_mma.cu", "tiles_simt.cu", "fill_ew.cu", "ew.cu"};
-#define NTEMPLATES 5
+static const char *const template_names[] = {"prelude.cu", "tiles_mma.cu", "tiles_wgmma.cu", "tiles_simt.cu", "fill_ew.cu", "ew.cu"};
+#define NTEMPLATES 6
 static char *template_texts[NTEMPLATES];
 
 static double now_s(void)

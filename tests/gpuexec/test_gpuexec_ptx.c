@@ -130,6 +130,89 @@ static void test_fragments(void)
     }
 }
 
+
+/* Byte offset of element (mn, k) of a 16-bit MN-major operand in the 128-byte-swizzled layout,
+ * stated as the ISA's figure draws it (not as hx_ptx.c computes it): the k-th 128-byte line of
+ * the 64-element group mn / 64 (groups lbo bytes apart) holds elements mn % 64 as eight 16-byte
+ * pieces, and piece j of line L sits in slot j ^ (L % 8) of that line. Tile 1024-byte aligned. */
+static uint32_t sw128_mn(int mn, int k, uint32_t lbo)
+{
+    uint32_t line = (uint32_t)(mn / 64) * (lbo / 128) + (uint32_t)k, piece = (uint32_t)(mn % 64) / 8;
+    return line * 128 + ((piece ^ (line % 8)) * 16) + (uint32_t)(mn % 8) * 2;
+}
+
+static uint64_t desc_of(uint32_t addr, uint32_t lbo, uint32_t sbo, int mode)
+{
+    return (uint64_t)(addr >> 4) | (uint64_t)(lbo >> 4) << 16 | (uint64_t)(sbo >> 4) << 32 | (uint64_t)mode << 62;
+}
+
+static void test_wgmma(void)
+{
+    /* K-major, 128-byte swizzle: row mn is a 128-byte line (8 rows per 1024-byte atom, SBO
+     * between atoms), k's 16-byte piece swizzled by the line: (mn 1, k 0) -> 128 + 16. */
+    CHECK(tj_hx_ptx_wgmma_addr(desc_of(0, 16, 1024, 1), 0, 1, 0, NULL) == 144);
+    CHECK(tj_hx_ptx_wgmma_addr(desc_of(0, 16, 1024, 1), 0, 9, 8, NULL) == 1024 + 128 + (1 ^ 1) * 16);
+    /* no swizzle (interleave), MN-major: 8 x 16-byte core matrices, (mn 8) at SBO, (k 8) at LBO */
+    CHECK(tj_hx_ptx_wgmma_addr(desc_of(2048, 256, 512, 0), 1, 9, 9, NULL) == 2048 + 2 + 512 + 16 + 256);
+    tj_rng r = {15};
+    static uint8_t smem[65536];
+    for (int bf = 0; bf < 2; bf++)
+        for (int n = 64; n <= 128; n += 64) {
+            /* A: 64 x 16 (M-major) at 1024, B: 16 x n (N-major) at 8192; lbo = 16 lines per group */
+            const uint32_t abase = 1024, bbase = 8192, lbo = 16 * 128;
+            uint16_t A[64][16], B[16][256];
+            memset(smem, 0xff, sizeof smem);
+            for (int m = 0; m < 64; m++)
+                for (int k = 0; k < 16; k++) {
+                    float v = tj_rng_uniform(&r) * 2 - 1;
+                    A[m][k] = bf ? tj_f32_to_bf16(v) : tj_f32_to_f16(v);
+                    memcpy(smem + abase + sw128_mn(m, k, lbo), &A[m][k], 2);
+                }
+            for (int k = 0; k < 16; k++)
+                for (int j = 0; j < n; j++) {
+                    float v = tj_rng_uniform(&r) * 2 - 1;
+                    B[k][j] = bf ? tj_f32_to_bf16(v) : tj_f32_to_f16(v);
+                    memcpy(smem + bbase + sw128_mn(j, k, lbo), &B[k][j], 2);
+                }
+            static float C[64][128], cd[128][128];
+            for (int m = 0; m < 64; m++)
+                for (int j = 0; j < n; j++) C[m][j] = tj_rng_uniform(&r);
+            for (int t = 0; t < 128; t++) /* the accumulator fragment, from the ISA's figure */
+                for (int i = 0; i < n / 2; i++)
+                    cd[t][i] = C[16 * (t / 32) + (t % 32) / 4 + 8 * (i % 4 / 2)][8 * (i / 4) + 2 * (t % 4) + i % 2];
+            /* gather through the descriptors, as the executor does at a wgmma */
+            for (int mode = 1; mode >= 0; mode--) {
+                uint64_t da = desc_of(abase, lbo, 1024, mode), db = desc_of(bbase, lbo, 1024, mode);
+                uint16_t ga[64][16], gb[16][256];
+                for (int m = 0; m < 64; m++)
+                    for (int k = 0; k < 16; k++) memcpy(&ga[m][k], smem + tj_hx_ptx_wgmma_addr(da, 1, m, k, NULL), 2);
+                for (int k = 0; k < 16; k++)
+                    for (int j = 0; j < n; j++) memcpy(&gb[k][j], smem + tj_hx_ptx_wgmma_addr(db, 1, j, k, NULL), 2);
+                static float got[128][128];
+                memcpy(got, cd, sizeof got);
+                tj_hx_ptx_wgmma(ga, (const uint16_t (*)[256])gb, n, bf, got);
+                double err = 0;
+                for (int t = 0; t < 128; t++)
+                    for (int i = 0; i < n / 2; i++) {
+                        int m = 16 * (t / 32) + (t % 32) / 4 + 8 * (i % 4 / 2), j = 8 * (i / 4) + 2 * (t % 4) + i % 2;
+                        double want = C[m][j];
+                        for (int k = 0; k < 16; k++) {
+                            double a = bf ? tj_bf16_to_f32(A[m][k]) : tj_f16_to_f32(A[m][k]);
+                            double b = bf ? tj_bf16_to_f32(B[k][j]) : tj_f16_to_f32(B[k][j]);
+                            want += a * b;
+                        }
+                        double d = fabs(got[t][i] - want);
+                        err = d > err || isnan(d) ? (isnan(d) ? INFINITY : d) : err;
+                    }
+                if (mode == 1)
+                    CHECKF(err < 1e-4, "wgmma m64n%dk16 %s, 128-byte swizzle: max error %g against the plain GEMM", n,
+                           bf ? "bf16" : "f16", err);
+                else /* the same bytes read without the swizzle must come out wrong */
+                    CHECKF(err > 1e-2, "wgmma m64n%dk16 read with the wrong swizzle still matched (error %g)", n, err);
+            }
+        }
+}
+
 /* ---- hand-written kernels ---- */
 
 typedef struct kparams {
@@ -261,6 +344,7 @@ int main(void)
 {
     test_conversions();
     test_fragments();
+    test_wgmma();
     const char *cxx = getenv("TJ_HX_CXX");
     if (cxx && *cxx) {
         tj_error err = {0};
