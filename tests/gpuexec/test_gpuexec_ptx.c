@@ -338,6 +338,42 @@ static void test_detectors(tj_hx_exec *e)
     expect(e, "mma.sync with a warp at __syncthreads", "    unsigned a[4] = {0, 0, 0, 0}, b[2] = {0, 0};\n"
            "    float d[4] = {0, 0, 0, 0};\n    if (t == 3) __syncthreads();\n"
            "    else tj_hx_mma_m16n8k16_f32_f16(d, a, b);\n    p.y[t] = d[0];\n", 32, 0, "deadlock", 0);
+    /* Hopper: mbarrier phases and bulk copies (bytes land when the phase completes) */
+    const char *mb_head = "    const unsigned s = tj_hx_cvta_to_shared(smem);\n"
+                          "    if (t == 0) tj_hx_mbarrier_init(s, %d);\n    __syncthreads();\n" /* lines 6-8 */
+                          "    if (t == 0) tj_hx_mbarrier_arrive_expect_tx(s, 64);\n"
+                          "    if (t < 4) tj_hx_cp_async_bulk(s + 1024 + 16 * t, p.x + 4 * t, 16, s);\n"; /* 9-10 */
+    char body[1024];
+    snprintf(body, sizeof body, mb_head, 1);
+    strcat(body, "    while (!tj_hx_mbarrier_try_wait_parity(s, 0)) {\n    }\n    p.y[t] = ((float *)(smem + 1024))[t % 16];\n");
+    expect(e, "bulk copy, mbarrier wait, read", body, 32, 2048, NULL, 0);
+    snprintf(body, sizeof body, mb_head, 1);
+    strcat(body, "    __syncthreads();\n    p.y[t] = ((float *)(smem + 1024))[t % 16];\n");
+    expect(e, "bulk-copy data read with no mbarrier wait", body, 32, 2048, "which this thread has not waited for", 12);
+    snprintf(body, sizeof body, mb_head, 1);
+    strcat(body, "    while (!tj_hx_mbarrier_try_wait_parity(s, 1)) {\n    }\n    p.y[t] = ((float *)(smem + 1024))[t % 16];\n");
+    expect(e, "mbarrier wait on the wrong parity passes early", body, 32, 2048, "is in flight", 13);
+    snprintf(body, sizeof body, mb_head, 2);
+    strcat(body, "    while (!tj_hx_mbarrier_try_wait_parity(s, 0)) {\n    }\n    p.y[t] = ((float *)(smem + 1024))[t % 16];\n");
+    expect(e, "mbarrier expecting two arrivals gets one", body, 32, 2048, "phase that never completes", 0);
+    /* wgmma: a warpgroup collective reading shared memory through descriptors (A at 0, B at 4096,
+     * M-/N-major, 128-byte swizzle, LBO 2048, SBO 1024) */
+    const char *wg = "    const unsigned s = tj_hx_cvta_to_shared(smem);\n"
+                     "    for (int i = t; i < 4096; i += 128) ((unsigned short *)smem)[i] = 0x3c00;\n"
+                     "    %s\n    __syncthreads();\n    float d[32];\n" /* lines 6-10 */
+                     "    for (int i = 0; i < 32; i++) d[i] = 0;\n    %s\n" /* 11-12 */
+                     "    tj_hx_wgmma_mma_async(d, 64, 0x4000004000800000ull | (s >> 4), 0x4000004000800000ull | ((s + 4096) >> 4), 1, 0, 1, 1);\n"
+                     "    tj_hx_wgmma_commit_group();\n    %s\n    if (t < 64) p.y[t] = d[0];\n"; /* 13-16 */
+    snprintf(body, sizeof body, wg, "tj_hx_fence_proxy_async();", "tj_hx_wgmma_fence();", "tj_hx_wgmma_wait_group(0);");
+    expect(e, "wgmma after fence.proxy.async, waited", body, 128, 16384, NULL, 0);
+    snprintf(body, sizeof body, wg, "", "tj_hx_wgmma_fence();", "tj_hx_wgmma_wait_group(0);");
+    expect(e, "wgmma reading generic stores with no fence.proxy.async", body, 128, 16384, "written through the generic proxy", 13);
+    snprintf(body, sizeof body, wg, "tj_hx_fence_proxy_async();", "tj_hx_wgmma_fence();", "");
+    expect(e, "wgmma results never waited for", body, 128, 16384, "no wgmma.wait_group landed", 0);
+    snprintf(body, sizeof body, wg, "tj_hx_fence_proxy_async();", "", "tj_hx_wgmma_wait_group(0);");
+    expect(e, "wgmma.mma_async without wgmma.fence", body, 128, 16384, "without a wgmma.fence", 13);
+    snprintf(body, sizeof body, wg, "tj_hx_fence_proxy_async();", "if (t != 5) tj_hx_wgmma_fence();", "tj_hx_wgmma_wait_group(0);");
+    expect(e, "a thread of the warpgroup skips wgmma.fence", body, 128, 16384, "warpgroup divergence", 0);
 }
 
 int main(void)
