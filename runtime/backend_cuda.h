@@ -33,6 +33,7 @@ typedef struct tj_cuda_device {
     int64_t total_mem;
     char name[256];
     int sync_check;       /* TILEJIT_SYNC_CHECK=1: synchronise after every launch, name the faulting one */
+    int wgmma_default;    /* TILEJIT_CUDA_WGMMA=1 on a 9.0 device: the wgmma kernel (sm_90a) is the untuned default */
 } tj_cuda_device;
 
 /* Opens the driver and device `ordinal` and retains its primary context. Fails with
