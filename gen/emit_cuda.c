@@ -701,7 +701,6 @@ tj_status tj_cuda_emit(const tj_layer *l, const tj_cuda_config *c, char **out, t
         {"ACT", act}, {"HAS_COLS", l->cols ? "1" : "0"}, {"HAS_EW", has_ew ? "1" : "0"},
         {"NITEMS", v_ni}, {"OFS_BITS", v_ob}, {"OFFSET_MODE", offsets_name(c->offsets)},
         {"ITEMS", items.data ? items.data : ""}, {"OFFSETS", offs.data ? offs.data : ""},
-        {"WGMMA", c->tmpl == TJ_CUDA_TEMPLATE_WGMMA ? "1" : "0"},
         {"EW_KERNEL", ""},
     };
     int nholes = (int)(sizeof holes / sizeof *holes);
@@ -711,6 +710,8 @@ tj_status tj_cuda_emit(const tj_layer *l, const tj_cuda_config *c, char **out, t
     const char *tiles = c->tmpl == TJ_CUDA_TEMPLATE_MMA     ? "tiles_mma.cu"
                         : c->tmpl == TJ_CUDA_TEMPLATE_WGMMA ? "tiles_wgmma.cu"
                                                             : "tiles_simt.cu";
+    /* the sm_90a helpers only before the wgmma kernel: older archs never see them */
+    if (c->tmpl == TJ_CUDA_TEMPLATE_WGMMA && (st = fill_template(&sb, "hopper.cu", holes, nholes, err))) goto done;
     if ((st = fill_template(&sb, tiles, holes, nholes, err)))
         goto done;
     tj_sb_puts(&sb, "\n");

@@ -83,8 +83,10 @@ extern "C" __global__ void __launch_bounds__(128, 1) tj_tiles(const tj_args a)
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int nch = (it.nrows + TJ_BK - 1) / TJ_BK;
 
-    if (tid == 0)
+    if (tid == 0) {
         for (int s = 0; s < TJ_STAGES; ++s) tj_mbar_init(bar0 + 8u * s, 1u);
+        tj_fence_proxy_async(); /* the initialised barriers, visible to the bulk copies' complete_tx */
+    }
     __syncthreads();
 
     float acc[TJ_BM / 2];

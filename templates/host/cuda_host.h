@@ -130,7 +130,7 @@ TJ_HX_HOOK void tj_hx_mma_m16n8k16_f32_bf16(float d[4], const unsigned a[4], con
     tj_hx->mma_m16n8k16(tj_hx->ctx, d, a, b, 1, TJ_HX_PC);
 }
 
-/* Hopper: mbarrier, bulk copies, the async-proxy fence and wgmma (templates/prelude.cu, TJ_WGMMA) */
+/* Hopper: mbarrier, bulk copies, the async-proxy fence and wgmma (templates/hopper.cu) */
 TJ_HX_HOOK void tj_hx_mbarrier_init(unsigned bar, unsigned count) { tj_hx->mbarrier_init(tj_hx->ctx, bar, count, TJ_HX_PC); }
 TJ_HX_HOOK void tj_hx_mbarrier_arrive_expect_tx(unsigned bar, unsigned tx)
 {

@@ -49,6 +49,8 @@ typedef struct hx_mbar {
     uint32_t count, pending; /* arrivals per phase, still missing in the current one */
     int64_t tx;              /* transaction bytes of the current phase (expect_tx up, complete_tx down) */
     uint32_t phase;          /* completed phases */
+    int init_tid;            /* the thread that initialised it, and its fence.proxy.async count then */
+    uint32_t init_fseq;
     hx_bulk *bulk;
     int nbulk, bulkcap;
     uint8_t *data;
@@ -680,6 +682,8 @@ static void hx_mbar_init(void *ctx, unsigned bar, unsigned count, const void *pc
     b->count = b->pending = count;
     b->tx = 0;
     b->phase = 0;
+    b->init_tid = e->cur->tid;
+    b->init_fseq = e->cur->fences;
     for (int i = 0; i < e->nthreads; i++) e->threads[i].mb_seen[b - e->mbar] = 0;
 }
 
@@ -758,6 +762,10 @@ static void hx_cp_bulk(void *ctx, unsigned dst, const void *src, unsigned size, 
         fault(e, pc, NULL, "cp.async.bulk source %p is not global memory", src);
     if (!in_image(e, sp)) global_touch(e, sp, size, TJ_HX_READ, pc);
     hx_mbar *b = mbar_find(e, bar, "cp.async.bulk completing", pc);
+    if (e->threads[b->init_tid].fences <= b->init_fseq)
+        report(e, R_PROXY, pc, NULL,
+               "cp.async.bulk completes on the mbarrier at shared %u, whose mbarrier.init (by thread %d) no "
+               "fence.proxy.async made visible to the async proxy", bar, b->init_tid);
     async_dst_claim(e, t, dst, size, "cp.async.bulk", pc);
     if (b->nbulk == b->bulkcap) {
         int cap = b->bulkcap ? 2 * b->bulkcap : 64;

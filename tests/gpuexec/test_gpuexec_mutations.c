@@ -101,7 +101,7 @@ static const mutation mutations[] = {
     {"fill kernel: token bound dropped", "fill_ew.cu", "if (i >= a.n_fill || m >= a.m) return;",
      "if (i >= a.n_fill) return;", 0},
     /* the wgmma path (sm_90a) */
-    {"wgmma: descriptor swizzle mode 64-byte instead of 128-byte", "prelude.cu", "#define TJ_WG_SWIZZLE 1 /* 128-byte swizzle */",
+    {"wgmma: descriptor swizzle mode 64-byte instead of 128-byte", "hopper.cu", "#define TJ_WG_SWIZZLE 1 /* 128-byte swizzle */",
      "#define TJ_WG_SWIZZLE 2 /* 128-byte swizzle */", 4},
     {"wgmma: tiles stored unswizzled", "tiles_wgmma.cu", "return (unsigned)(line * TJ_WG_LINE + ((seg ^ (line & 7)) << 4));",
      "return (unsigned)(line * TJ_WG_LINE + (seg << 4));", 5},
@@ -115,13 +115,16 @@ static const mutation mutations[] = {
     {"wgmma: wgmma.wait_group removed", "tiles_wgmma.cu", "        tj_wg_wait<0>();\n", "", 5},
     {"wgmma: expect_tx counts whole rows (bytes never arrive)", "tiles_wgmma.cu", "(unsigned)(rows * wsegs * 16)",
      "(unsigned)(rows * 8 * 16)", 5},
+    {"wgmma: mbarrier.init not fenced for the async proxy", "tiles_wgmma.cu",
+     "        tj_fence_proxy_async(); /* the initialised barriers", "        /* the initialised barriers", 4},
     {"wgmma: zero stores past the tile dropped", "tiles_wgmma.cu",
      "            *(uint4 *)(gp + (dst - s0)) = make_uint4(0u, 0u, 0u, 0u);", "            (void)gp;", 5},
 };
 #define NMUT ((int)(sizeof mutations / sizeof *mutations))
 
-static const char *const files[] = {"prelude.cu", "tiles_mma.cu", "tiles_wgmma.cu", "tiles_simt.cu", "fill_ew.cu", "ew.cu"};
-#define NFILES 6
+static const char *const files[] = {"prelude.cu", "tiles_mma.cu", "hopper.cu", "tiles_wgmma.cu", "tiles_simt.cu",
+                                    "fill_ew.cu", "ew.cu"};
+#define NFILES 7
 
 static char *originals[NFILES];
 

@@ -340,7 +340,7 @@ static void test_detectors(tj_hx_exec *e)
            "    else tj_hx_mma_m16n8k16_f32_f16(d, a, b);\n    p.y[t] = d[0];\n", 32, 0, "deadlock", 0);
     /* Hopper: mbarrier phases and bulk copies (bytes land when the phase completes) */
     const char *mb_head = "    const unsigned s = tj_hx_cvta_to_shared(smem);\n"
-                          "    if (t == 0) tj_hx_mbarrier_init(s, %d);\n    __syncthreads();\n" /* lines 6-8 */
+                          "    if (t == 0) { tj_hx_mbarrier_init(s, %d); tj_hx_fence_proxy_async(); }\n    __syncthreads();\n" /* 6-8 */
                           "    if (t == 0) tj_hx_mbarrier_arrive_expect_tx(s, 64);\n"
                           "    if (t < 4) tj_hx_cp_async_bulk(s + 1024 + 16 * t, p.x + 4 * t, 16, s);\n"; /* 9-10 */
     char body[1024];
@@ -356,6 +356,11 @@ static void test_detectors(tj_hx_exec *e)
     snprintf(body, sizeof body, mb_head, 2);
     strcat(body, "    while (!tj_hx_mbarrier_try_wait_parity(s, 0)) {\n    }\n    p.y[t] = ((float *)(smem + 1024))[t % 16];\n");
     expect(e, "mbarrier expecting two arrivals gets one", body, 32, 2048, "phase that never completes", 0);
+    snprintf(body, sizeof body, mb_head, 1);
+    char *fence = strstr(body, " tj_hx_fence_proxy_async();");
+    if (fence) memmove(fence, fence + 27, strlen(fence + 27) + 1);
+    strcat(body, "    while (!tj_hx_mbarrier_try_wait_parity(s, 0)) {\n    }\n    p.y[t] = ((float *)(smem + 1024))[t % 16];\n");
+    expect(e, "bulk copy on an mbarrier whose init was not fenced", body, 32, 2048, "no fence.proxy.async made visible", 10);
     /* wgmma: a warpgroup collective reading shared memory through descriptors (A at 0, B at 4096,
      * M-/N-major, 128-byte swizzle, LBO 2048, SBO 1024) */
     const char *wg = "    const unsigned s = tj_hx_cvta_to_shared(smem);\n"
