@@ -60,7 +60,8 @@ typedef struct hx_mbar {
 typedef struct hx_wg { /* a warpgroup's rendezvous at wgmma.* */
     int arrived, op, fenced;
     uintptr_t pc;
-    uint32_t committed;
+    uint32_t committed; /* commit_group count: the open group has this number */
+    uint32_t done;      /* groups below this number are complete (the last wait_group said so) */
 } hx_wg;
 
 typedef struct hx_cp { /* one cp.async in flight */
@@ -111,6 +112,8 @@ typedef struct hx_sbyte {
     uint8_t mb;        /* 1 + the mbarrier whose phase landed this byte (a bulk copy); 0: a generic write */
     uint32_t mb_phase; /* that phase, counted from 1 */
     uint32_t w_fseq;   /* the writer's fence.proxy.async count at the write */
+    uint8_t wg_rd;     /* 1 + the warpgroup whose wgmma read this byte last; 0: none */
+    uint32_t wg_group; /* that wgmma's group: the read lasts until a wait_group completes it */
 } hx_sbyte;
 
 /* Shadow of one byte of a writable global buffer: the last writer within the current launch. */
@@ -281,6 +284,10 @@ static void shared_touch(tj_hx_exec *e, int tid, uint32_t off, size_t n, int kin
                     report_by(e, R_RACE, tid, pc, image_pc(e, s->r_pc),
                            "race: writes shared byte %u read by thread %u in the same barrier interval", b,
                            s->r_tid != tid ? s->r_tid : HX_NOBODY);
+                else if (s->wg_rd && e->wg[s->wg_rd - 1].done <= s->wg_group)
+                    report_by(e, R_WGMMA, tid, pc, image_pc(e, s->r_pc),
+                              "writes shared byte %u that warpgroup %d's wgmma (group %u) may still be reading: no "
+                              "wgmma.wait_group completed that group", b, s->wg_rd - 1, s->wg_group);
                 else
                     told = 0;
             }
@@ -740,6 +747,12 @@ static void async_dst_claim(tj_hx_exec *e, hx_thread *t, uint32_t dst, uint32_t 
                    "__syncthreads between their reads and this refill is missing)", what, dst + i);
             break;
         }
+        if (sb->wg_rd && e->wg[sb->wg_rd - 1].done <= sb->wg_group) {
+            report(e, R_WGMMA, pc, image_pc(e, sb->r_pc),
+                   "%s to shared byte %u that warpgroup %d's wgmma (group %u) may still be reading: no "
+                   "wgmma.wait_group completed that group", what, dst + i, sb->wg_rd - 1, sb->wg_group);
+            break;
+        }
     }
     for (uint32_t i = 0; i < n; i++) {
         hx_sbyte *sb = &e->shadow[dst + i];
@@ -831,6 +844,10 @@ static void run_wgmma(tj_hx_exec *e, hx_wg *w, int g)
                 if (base) fault(e, pc, NULL, "wgmma descriptor with base offset %d (the executor models 0 only)", base);
                 shared_bounds(e, addr, 2, op ? "wgmma operand B" : "wgmma operand A", pc);
                 shared_touch(e, th[0].tid, addr, 2, TJ_HX_READ, pc);
+                for (uint32_t q = 0; q < 2; q++) { /* read until the group completes */
+                    e->shadow[addr + q].wg_rd = (uint8_t)(g + 1);
+                    e->shadow[addr + q].wg_group = w->committed;
+                }
                 for (uint32_t q = 0; q < 2; q++) {
                     const hx_sbyte *s = &e->shadow[addr + q];
                     if (s->w_epoch && !s->mb && s->w_tid != HX_NOBODY && e->threads[s->w_tid].fences <= s->w_fseq) {
@@ -894,6 +911,8 @@ static void wg_collective(tj_hx_exec *e, hx_thread *t, int op, const void *pc)
     } else if (op == OP_WG_COMMIT) {
         w->committed++;
     } else {
+        uint32_t n = (uint32_t)th[0].wg_waitn;
+        if (w->committed >= n && w->committed - n > w->done) w->done = w->committed - n;
         for (int i = 0; i < 128; i++) {
             hx_thread *u = &th[i];
             if (u->wg_acc_pending && u->wg_acc_group + (uint32_t)u->wg_waitn < w->committed) {

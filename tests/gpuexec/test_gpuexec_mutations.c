@@ -113,6 +113,8 @@ static const mutation mutations[] = {
     {"wgmma: mbarrier phase bit flipped", "tiles_wgmma.cu", "(unsigned)(c / TJ_STAGES) & 1u);",
      "(unsigned)(c / TJ_STAGES + 1) & 1u);", 4},
     {"wgmma: wgmma.wait_group removed", "tiles_wgmma.cu", "        tj_wg_wait<0>();\n", "", 5},
+    {"wgmma: wait_group 1 (a group left in flight) while the next refill targets its stage", "tiles_wgmma.cu",
+     "        tj_wg_wait<0>();\n", "        tj_wg_wait<1>();\n", 4},
     {"wgmma: expect_tx counts whole rows (bytes never arrive)", "tiles_wgmma.cu", "(unsigned)(rows * wsegs * 16)",
      "(unsigned)(rows * 8 * 16)", 5},
     {"wgmma: mbarrier.init not fenced for the async proxy", "tiles_wgmma.cu",

@@ -375,6 +375,9 @@ static void test_detectors(tj_hx_exec *e)
     expect(e, "wgmma reading generic stores with no fence.proxy.async", body, 128, 16384, "written through the generic proxy", 13);
     snprintf(body, sizeof body, wg, "tj_hx_fence_proxy_async();", "tj_hx_wgmma_fence();", "");
     expect(e, "wgmma results never waited for", body, 128, 16384, "no wgmma.wait_group landed", 0);
+    snprintf(body, sizeof body, wg, "tj_hx_fence_proxy_async();", "tj_hx_wgmma_fence();",
+             "if (t == 0) smem[4096] = 0;\n    tj_hx_wgmma_wait_group(0);");
+    expect(e, "operand overwritten while its wgmma is in flight", body, 128, 16384, "may still be reading", 15);
     snprintf(body, sizeof body, wg, "tj_hx_fence_proxy_async();", "", "tj_hx_wgmma_wait_group(0);");
     expect(e, "wgmma.mma_async without wgmma.fence", body, 128, 16384, "without a wgmma.fence", 13);
     snprintf(body, sizeof body, wg, "tj_hx_fence_proxy_async();", "if (t != 5) tj_hx_wgmma_fence();", "tj_hx_wgmma_wait_group(0);");
