@@ -52,7 +52,7 @@ static void cpu_default(const tj_tune_host *h, int v[CPU_NAXES])
 
 /* ---- CUDA (gen/emit_cuda.h: template, bm, bn, bk, warps, stages, offsets) ----------------- */
 
-static const char *const cuda_template[] = {"mma", "simt"};
+static const char *const cuda_template[] = {"mma", "simt", "wgmma"};
 static const int cuda_bm[] = {32, 64, 128};
 static const int cuda_bn[] = {32, 64, 128};
 static const int cuda_bk[] = {16, 32, 64};
@@ -64,7 +64,7 @@ static const int cuda_stages[] = {2, 3, 4};
 static const char *const cuda_offsets[] = {"table"};
 enum { CU_TEMPLATE, CU_BM, CU_BN, CU_BK, CU_WARPS, CU_STAGES, CU_OFFSETS, CU_NAXES };
 static const tj_tune_axis cuda_axes[CU_NAXES] = {
-    {"template", 2, NULL, cuda_template},
+    {"template", 3, NULL, cuda_template},
     {"bm", 3, cuda_bm, NULL},
     {"bn", 3, cuda_bn, NULL},
     {"bk", 3, cuda_bk, NULL},
@@ -83,12 +83,13 @@ static const char *cuda_emitter_check(const tj_tune_axis *axes, const int *p)
     static _Thread_local tj_error e;
     tj_cuda_config c;
     memset(&c, 0, sizeof c);
-    c.tmpl = strcmp(sval(axes, p, CU_TEMPLATE), "mma") == 0 ? TJ_CUDA_TEMPLATE_MMA : TJ_CUDA_TEMPLATE_SIMT;
+    const char *t = sval(axes, p, CU_TEMPLATE);
+    c.tmpl = strcmp(t, "mma") == 0 ? TJ_CUDA_TEMPLATE_MMA : strcmp(t, "wgmma") == 0 ? TJ_CUDA_TEMPLATE_WGMMA : TJ_CUDA_TEMPLATE_SIMT;
     c.bm = ival(axes, p, CU_BM);
     c.bn = ival(axes, p, CU_BN);
     c.bk = ival(axes, p, CU_BK);
     c.warps = ival(axes, p, CU_WARPS);
-    c.stages = c.tmpl == TJ_CUDA_TEMPLATE_MMA ? ival(axes, p, CU_STAGES) : 1;
+    c.stages = c.tmpl != TJ_CUDA_TEMPLATE_SIMT ? ival(axes, p, CU_STAGES) : 1;
     c.offsets = strcmp(sval(axes, p, CU_OFFSETS), "unrolled") == 0 ? TJ_CUDA_OFFSETS_UNROLLED : TJ_CUDA_OFFSETS_TABLE;
     c.dtype = TJ_F16;
     c.out = TJ_F32;
@@ -145,6 +146,14 @@ const char *tj_tune_space_why_invalid(const char *backend, const tj_tune_host *h
         int warps = ival(axes, p, CU_WARPS), stages = ival(axes, p, CU_STAGES), threads = 32 * warps;
         if (bn > h->g || h->g % bn) return snprintf(why, sizeof why, "bn %d does not divide the tile width g %lld", bn,
                                                     (long long)h->g), why;
+        if (strcmp(sval(axes, p, CU_TEMPLATE), "wgmma") == 0) {
+            /* wgmma.mma_async (sm_90a): compute capability 9.0 only; one warpgroup, 64 features */
+            if (h->sm != 90) return "wgmma: needs compute capability 9.0 (sm_90a)";
+            if (bn != 64 || warps != 4) return "wgmma: bn 64 and 4 warps (one warpgroup) only";
+            int64_t smem = (int64_t)stages * bk * 128 * (1 + bm / 64) + 2048; /* tj_cuda_smem_bytes */
+            if (smem > h->smem_max) return "wgmma: shared memory exceeds the arch's";
+            return cuda_emitter_check(axes, p);
+        }
         if (!mma) {
             /* simt ignores stages; keep one point per (bm, bn, bk, warps, offsets) */
             if (stages != cuda_stages[0]) return "simt has no pipeline: stages is ignored";

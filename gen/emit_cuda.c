@@ -28,7 +28,10 @@ static int pow2_ceil(int64_t v)
     return p;
 }
 
-static const char *template_name(tj_cuda_template t) { return t == TJ_CUDA_TEMPLATE_MMA ? "mma" : "simt"; }
+static const char *template_name(tj_cuda_template t)
+{
+    return t == TJ_CUDA_TEMPLATE_MMA ? "mma" : t == TJ_CUDA_TEMPLATE_WGMMA ? "wgmma" : "simt";
+}
 static const char *offsets_name(tj_cuda_offsets o) { return o == TJ_CUDA_OFFSETS_UNROLLED ? "unrolled" : "table"; }
 static const char *dtype_json(tj_dtype d) { return d == TJ_F32 ? "f32" : d == TJ_F16 ? "f16" : "bf16"; }
 
@@ -74,6 +77,8 @@ void tj_cuda_warp_split(const tj_cuda_config *c, int *warps_n, int *warps_m)
 
 int64_t tj_cuda_smem_bytes(const tj_cuda_config *c)
 {
+    if (c->tmpl == TJ_CUDA_TEMPLATE_WGMMA) /* stages of 128-byte lines, mbarriers, 1024-byte alignment slack */
+        return (int64_t)c->stages * c->bk * 128 * (1 + c->bm / 64) + 2048;
     if (c->tmpl != TJ_CUDA_TEMPLATE_MMA) return 0;
     return (int64_t)c->stages * c->bk * ((c->bn + 8) + (c->bm + 8)) * 2;
 }
@@ -117,6 +122,15 @@ tj_status tj_cuda_config_check(const tj_cuda_config *c, tj_error *err)
                            acc, c->bn, c->bm, c->warps);
         if (threads < c->bm / 8)
             return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cuda config (mma): bm %d needs at least %d threads", c->bm, c->bm / 8);
+    } else if (c->tmpl == TJ_CUDA_TEMPLATE_WGMMA) {
+        if (c->bn != 64 || c->warps != 4)
+            return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cuda config (wgmma): bn must be 64 and warps 4 (one warpgroup)");
+        if (c->bm != 64 && c->bm != 128)
+            return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cuda config (wgmma): bm %d must be 64 or 128", c->bm);
+        if (c->stages < 2 || c->stages > 6)
+            return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cuda config (wgmma): stages %d must be in [2, 6]", c->stages);
+        if (!c->x_fm)
+            return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cuda config (wgmma): x must be feature-major (layout fm or fm_rm)");
     } else if (c->tmpl == TJ_CUDA_TEMPLATE_SIMT) {
         if (!is_pow2(c->bm) || c->bm > threads)
             return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cuda config (simt): bm %d must be a power of 2 <= %d threads", c->bm, threads);
@@ -171,7 +185,7 @@ tj_status tj_cuda_config_from_json(const char *text, tj_cuda_config *c, tj_error
         st = tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cuda config: expected a JSON object");
         goto done;
     }
-    static const char *const templates[] = {"simt", "mma"};
+    static const char *const templates[] = {"simt", "mma", "wgmma"};
     static const char *const offsets[] = {"table", "unrolled"};
     static const char *const dtypes[] = {"f32", "f16", "bf16"};
     static const char *const layouts[] = {"fm", "rm", "rm_fm", "fm_rm"};
@@ -179,7 +193,7 @@ tj_status tj_cuda_config_from_json(const char *text, tj_cuda_config *c, tj_error
     json_t *v;
     json_object_foreach(root, key, v) {
         int e = 0;
-        if (strcmp(key, "template") == 0) { if ((st = json_enum(v, key, templates, 2, &e, err))) goto done; c->tmpl = (tj_cuda_template)e; }
+        if (strcmp(key, "template") == 0) { if ((st = json_enum(v, key, templates, 3, &e, err))) goto done; c->tmpl = (tj_cuda_template)e; }
         else if (strcmp(key, "bm") == 0) st = json_int(v, key, &c->bm, err);
         else if (strcmp(key, "bn") == 0) st = json_int(v, key, &c->bn, err);
         else if (strcmp(key, "bk") == 0) st = json_int(v, key, &c->bk, err);
@@ -358,7 +372,7 @@ tj_status tj_cuda_args_check(const tj_layer *l, const tj_cuda_config *c, const t
     if (a->ldx < need_x || a->ldy < need_y)
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "%s: ldx %lld / ldy %lld below %lld / %lld", who, (long long)a->ldx,
                        (long long)a->ldy, (long long)need_x, (long long)need_y);
-    if (c->tmpl == TJ_CUDA_TEMPLATE_MMA && c->x_fm && (((uintptr_t)a->x & 15) || a->ldx % 8))
+    if (c->tmpl != TJ_CUDA_TEMPLATE_SIMT && c->x_fm && (((uintptr_t)a->x & 15) || a->ldx % 8))
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT,
                        "%s: the mma kernel gathers x in 16-byte pieces: x must be 16-byte aligned and ldx (%lld) a multiple of 8",
                        who, (long long)a->ldx);
@@ -696,7 +710,7 @@ tj_status tj_cuda_emit(const tj_layer *l, const tj_cuda_config *c, char **out, t
     snprintf(v_bm, sizeof v_bm, "%d", c->bm);
     snprintf(v_bn, sizeof v_bn, "%d", c->bn);
     snprintf(v_bk, sizeof v_bk, "%d", c->bk);
-    snprintf(v_st, sizeof v_st, "%d", c->tmpl == TJ_CUDA_TEMPLATE_MMA ? c->stages : 1);
+    snprintf(v_st, sizeof v_st, "%d", c->tmpl == TJ_CUDA_TEMPLATE_SIMT ? 1 : c->stages);
     snprintf(v_th, sizeof v_th, "%d", 32 * c->warps);
     snprintf(v_wn, sizeof v_wn, "%d", wn);
     snprintf(v_wm, sizeof v_wm, "%d", wm);
@@ -720,7 +734,12 @@ tj_status tj_cuda_emit(const tj_layer *l, const tj_cuda_config *c, char **out, t
     if (banner.oom || items.oom || offs.oom) { st = tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory emitting CUDA"); goto done; }
     if ((st = fill_template(&sb, "prelude.cu", holes, nholes, err))) goto done;
     tj_sb_puts(&sb, "\n");
-    if ((st = fill_template(&sb, c->tmpl == TJ_CUDA_TEMPLATE_MMA ? "tiles_mma.cu" : "tiles_simt.cu", holes, nholes, err)))
+    const char *tiles = c->tmpl == TJ_CUDA_TEMPLATE_MMA     ? "tiles_mma.cu"
+                        : c->tmpl == TJ_CUDA_TEMPLATE_WGMMA ? "tiles_wgmma.cu"
+                                                            : "tiles_simt.cu";
+    /* the sm_90a helpers only before the wgmma kernel: older archs never see them */
+    if (c->tmpl == TJ_CUDA_TEMPLATE_WGMMA && (st = fill_template(&sb, "hopper.cu", holes, nholes, err))) goto done;
+    if ((st = fill_template(&sb, tiles, holes, nholes, err)))
         goto done;
     tj_sb_puts(&sb, "\n");
     if (has_ew && (st = fill_template(&ew, "ew.cu", holes, nholes, err))) goto done;

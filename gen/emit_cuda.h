@@ -55,6 +55,7 @@
 #define TJ_EMIT_CUDA_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "base/dtype.h"
 #include "pattern/pattern.h"
@@ -70,7 +71,9 @@
 
 typedef enum tj_cuda_template {
     TJ_CUDA_TEMPLATE_SIMT = 0, /* plainly correct fp32 SIMT math: the GPU yardstick */
-    TJ_CUDA_TEMPLATE_MMA       /* mma.sync m16n8k16 + ldmatrix + cp.async multi-stage pipeline */
+    TJ_CUDA_TEMPLATE_MMA,      /* mma.sync m16n8k16 + ldmatrix + cp.async multi-stage pipeline */
+    TJ_CUDA_TEMPLATE_WGMMA     /* sm_90a only: wgmma m64nNk16 + mbarrier/cp.async.bulk pipeline; bn 64,
+                                * 4 warps (one warpgroup), bm 64 or 128, feature-major x */
 } tj_cuda_template;
 
 typedef enum tj_cuda_offsets {
@@ -95,6 +98,21 @@ typedef struct tj_cuda_config {
     tj_dtype out;   /* y: TJ_F32, TJ_F16 or TJ_BF16 */
     int x_fm, y_fm; /* 1: feature-major */
 } tj_cuda_config;
+
+/* An arch-specific compile target (sm_90a: the wgmma template) is written sm | this flag, e.g.
+ * 90 | TJ_CUDA_SM_ARCH_SPECIFIC; tj_cuda_arch_name() spells it ("sm_90a"). */
+#define TJ_CUDA_SM_ARCH_SPECIFIC 0x10000
+static inline const char *tj_cuda_arch_name(int sm, char buf[16])
+{
+    snprintf(buf, 16, "sm_%d%s", sm & 0xffff, (sm & TJ_CUDA_SM_ARCH_SPECIFIC) ? "a" : "");
+    return buf;
+}
+/* The target a config is compiled for on a device of compute capability `device_sm` (e.g. 90):
+ * the wgmma template needs sm_90a; the others the device's own sm_XX. */
+static inline int tj_cuda_target_sm(const tj_cuda_config *c, int device_sm)
+{
+    return c->tmpl == TJ_CUDA_TEMPLATE_WGMMA ? device_sm | TJ_CUDA_SM_ARCH_SPECIFIC : device_sm;
+}
 
 /* The default config for a layer (mma, table offsets, fp16 in, fp32 out, feature-major). */
 tj_cuda_config tj_cuda_config_default(const tj_layer *l);

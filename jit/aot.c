@@ -118,9 +118,14 @@ tj_status tj_compile_pattern(const tj_pattern *p, const tj_compile_options *opt,
                             (long long)tj_cuda_arch_smem_limit(archs[a]));
                 goto done;
             }
+            if (cfgs[nl].tmpl == TJ_CUDA_TEMPLATE_WGMMA && archs[a] != 90) {
+                s = tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "layer '%s': the wgmma kernel is for sm_90 (compiled as sm_90a) only, "
+                            "not sm_%d", l->name, archs[a]);
+                goto done;
+            }
             jobs[njobs].source = sources[nl];
             jobs[njobs].label = l->name;
-            jobs[njobs].sm = archs[a];
+            jobs[njobs].sm = tj_cuda_target_sm(&cfgs[nl], archs[a]); /* wgmma: sm_90a */
             njobs++;
         }
         nl++;
@@ -147,7 +152,7 @@ tj_status tj_compile_pattern(const tj_pattern *p, const tj_compile_options *opt,
         k->layer = l->name;
         k->n = l->n;
         k->k = l->k;
-        k->sm = jb->sm;
+        k->sm = jb->sm & 0xffff; /* the real arch (sm_90a reports as 90) */
         k->status = jb->status;
         k->error = "";
         k->registers = -1;

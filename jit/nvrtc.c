@@ -76,7 +76,8 @@ const char *tj_cuda_include_dir(void)
 int tj_nvrtc_options(int sm, char opts[TJ_NVRTC_MAX_OPTS][512])
 {
     int n = 0;
-    snprintf(opts[n++], 512, "--gpu-architecture=sm_%d", sm);
+    char arch[16];
+    snprintf(opts[n++], 512, "--gpu-architecture=%s", tj_cuda_arch_name(sm, arch));
     snprintf(opts[n++], 512, "--std=c++17");
     snprintf(opts[n++], 512, "--ptxas-options=-v");
     /* The templates include no headers today; the directory is there for ones that will. */
@@ -175,7 +176,8 @@ static void dump_unit(const char *label, int sm, const char *source, char opts[]
     size_t j = 0;
     for (const char *p = label ? label : "unit"; *p && j < 200; p++)
         base[j++] = isalnum((unsigned char)*p) || *p == '.' || *p == '-' || *p == '_' ? *p : '_';
-    snprintf(base + j, sizeof base - j, ".sm_%d", sm);
+    char arch[16];
+    snprintf(base + j, sizeof base - j, ".%s", tj_cuda_arch_name(sm, arch));
     if (source) dump_file(dir, base, ".cu", source, strlen(source));
     char o[TJ_NVRTC_MAX_OPTS * 513];
     size_t ol = 0;
@@ -229,8 +231,7 @@ static void build_key(tj_cache_key *k, const char *source, int sm, char opts[][5
     tj_cache_key_add_str(k, TJ_CUDA_GEN_VERSION);
     snprintf(buf, sizeof buf, "nvrtc %d.%d", maj, min);
     tj_cache_key_add_str(k, buf);
-    snprintf(buf, sizeof buf, "sm_%d", sm);
-    tj_cache_key_add_str(k, buf);
+    tj_cache_key_add_str(k, tj_cuda_arch_name(sm, buf)); /* the exact arch string: sm_90 and sm_90a differ */
     for (int i = 0; i < nopts; i++) tj_cache_key_add_str(k, opts[i]);
     tj_cache_key_add_str(k, source);
     tj_cache_key_end(k);
@@ -256,14 +257,16 @@ static tj_status compile_now(const char *source, const char *label, int sm, char
     if (cr != NVRTC_SUCCESS) {
         /* The whole log when it fits the error message; otherwise its head and where to find all. */
         size_t room = TJ_ERROR_MSG_MAX - 400, len = strlen(out->log);
+        char arch[16];
+        tj_cuda_arch_name(sm, arch);
         if (len <= room)
-            st = tj_fail(err, TJ_ERR_COMPILE, "%s:%d: nvrtcCompileProgram(%s, sm_%d): %s\n%s", __FILE__, __LINE__,
-                         label ? label : "unit", sm, nvrtcGetErrorString(cr), out->log);
+            st = tj_fail(err, TJ_ERR_COMPILE, "%s:%d: nvrtcCompileProgram(%s, %s): %s\n%s", __FILE__, __LINE__,
+                         label ? label : "unit", arch, nvrtcGetErrorString(cr), out->log);
         else
             st = tj_fail(err, TJ_ERR_COMPILE,
-                         "%s:%d: nvrtcCompileProgram(%s, sm_%d): %s\n%.*s\n[log truncated at %zu of %zu bytes; "
+                         "%s:%d: nvrtcCompileProgram(%s, %s): %s\n%.*s\n[log truncated at %zu of %zu bytes; "
                          "TILEJIT_DUMP_DIR=DIR writes it whole with the source]",
-                         __FILE__, __LINE__, label ? label : "unit", sm, nvrtcGetErrorString(cr), (int)room, out->log,
+                         __FILE__, __LINE__, label ? label : "unit", arch, nvrtcGetErrorString(cr), (int)room, out->log,
                          room, len);
         goto fail;
     }
@@ -281,7 +284,8 @@ tj_status tj_nvrtc_compile(tj_cache *cache, const char *source, const char *labe
 {
     memset(out, 0, sizeof *out);
     double t0 = tj_now();
-    if (sm < 50 || sm > 200) return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "invalid CUDA arch sm_%d", sm);
+    if ((sm & 0xffff) < 50 || (sm & 0xffff) > 200 || (sm & ~(0xffff | TJ_CUDA_SM_ARCH_SPECIFIC)))
+        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "invalid CUDA arch %d", sm);
     char opts[TJ_NVRTC_MAX_OPTS][512];
     int nopts = tj_nvrtc_options(sm, opts);
     tj_cache_key key;

@@ -65,6 +65,10 @@ tj_status tj_cuda_device_open(int ordinal, tj_cuda_device **out, tj_error *err)
     const char *grid = getenv("TILEJIT_CUDA_GRID");
     d->grid_full = grid && strcmp(grid, "full") == 0;
     d->grid_cap = grid && !d->grid_full ? atoi(grid) : 0;
+    /* Opt-in until a GPU run has measured it: the wgmma kernel is verified by the CPU executor and
+     * compiled by NVRTC, never yet timed (docs/kernels.md). A tuned config may pick it regardless. */
+    const char *wg = getenv("TILEJIT_CUDA_WGMMA");
+    d->wgmma_default = d->sm == 90 && wg && *wg && strcmp(wg, "0") != 0;
     if (d->sm < TJ_CUDA_MIN_SM) {
         s = tj_fail(err, TJ_ERR_UNSUPPORTED,
                     "CUDA device %d (%s) has compute capability %d.%d; tilejit's kernels need %d.%d or newer",
@@ -174,6 +178,9 @@ void tj_cuda_data_free(tj_cuda_device *d, tj_cuda_data *data)
 tj_status tj_cuda_config_fits(const tj_cuda_device *d, const tj_layer *l, const tj_cuda_config *cfg, tj_error *err)
 {
     tj_status s = tj_cuda_config_check(cfg, err);
+    if (s == TJ_OK && cfg->tmpl == TJ_CUDA_TEMPLATE_WGMMA && d->sm != 90)
+        s = tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cuda config: the wgmma kernel needs compute capability 9.0 (sm_90a); %s is sm_%d",
+                    d->name, d->sm);
     if (s == TJ_OK && tj_cuda_smem_bytes(cfg) > d->smem_optin)
         s = tj_fail(err, TJ_ERR_INVALID_ARGUMENT,
                     "cuda config needs %lld bytes of shared memory per block; %s allows %lld (fewer stages or a smaller bk)",
@@ -251,7 +258,7 @@ tj_status tj_cuda_kernel_build(tj_cuda_device *d, tj_cache *cache, const tj_laye
     TJ_TRY(tj_cuda_emit(l, cfg, &src, err));
     tj_cubin bin;
     memset(&bin, 0, sizeof bin);
-    tj_status s = tj_nvrtc_compile(cache, src, l->name, d->sm, &bin, err);
+    tj_status s = tj_nvrtc_compile(cache, src, l->name, tj_cuda_target_sm(cfg, d->sm), &bin, err);
     free(src);
     if (s == TJ_OK) s = tj_cuda_kernel_load(d, l, cfg, &bin, out, err);
     tj_cubin_free(&bin);
@@ -367,6 +374,31 @@ static int out_kind(tj_dtype d) { return d == TJ_F32 ? 0 : d == TJ_F16 ? 1 : 2; 
 static int variant_index(const tj_cuda_config *c, int simt)
 {
     return (((simt * 2 + !!c->x_fm) * 2 + !!c->y_fm) * 2 + (c->dtype == TJ_BF16)) * 3 + out_kind(c->out);
+}
+
+/* The wgmma default (sm_90a): one warpgroup, 64 features x 128 tokens, 64 kept rows per stage. */
+static tj_cuda_config wgmma_default(const tj_layer *l)
+{
+    tj_cuda_config c = tj_cuda_config_default(l);
+    c.tmpl = TJ_CUDA_TEMPLATE_WGMMA;
+    c.bm = 128;
+    c.bn = 64;
+    c.bk = 64;
+    c.warps = 4;
+    c.stages = 4;
+    return c;
+}
+
+/* wgmma gathers feature-major x only: a row-major call runs the layer's mma default instead. */
+static void wgmma_row_major_fallback(const tj_layer *l, tj_cuda_config *c)
+{
+    if (c->tmpl != TJ_CUDA_TEMPLATE_WGMMA || c->x_fm) return;
+    tj_cuda_config m = tj_cuda_config_default(l);
+    m.x_fm = c->x_fm;
+    m.y_fm = c->y_fm;
+    m.dtype = c->dtype;
+    m.out = c->out;
+    *c = m;
 }
 
 /* The SIMT kernel with the same tiling along features: correct for any alignment. */
@@ -500,7 +532,7 @@ static tj_status cuda_load(tj_model *m, tj_error *err)
     for (int64_t i = 0; i < p->nlayers && s == TJ_OK; i++) {
         const tj_layer *l = &p->layers[i];
         cuda_layer *L = &cm->layers[i];
-        L->cfg = tj_cuda_config_default(l);
+        L->cfg = d->wgmma_default ? wgmma_default(l) : tj_cuda_config_default(l);
         const char *json = tj_context_config_for(c, "cuda", d->name, arch, l, 0);
         if (json) {
             s = tj_cuda_config_from_json(json, &L->cfg, err);
@@ -513,7 +545,7 @@ static tj_status cuda_load(tj_model *m, tj_error *err)
         if (s == TJ_OK) s = tj_cuda_emit(l, &L->cfg, &sources[i], err);
         jobs[i].source = sources[i];
         jobs[i].label = l->name;
-        jobs[i].sm = d->sm;
+        jobs[i].sm = tj_cuda_target_sm(&L->cfg, d->sm);
     }
     double t0 = tj_now();
     if (s == TJ_OK) {
@@ -646,7 +678,8 @@ static tj_status linear_device(tj_model *m, int64_t layer, const tj_linear_args 
     cfg.x_fm = cfg.y_fm = fm;
     cfg.dtype = xdt;
     cfg.out = ydt;
-    int simt = cfg.tmpl == TJ_CUDA_TEMPLATE_MMA && fm && ((xp % 16) != 0 || (ldx % 8) != 0);
+    wgmma_row_major_fallback(&m->pattern->layers[layer], &cfg);
+    int simt = cfg.tmpl != TJ_CUDA_TEMPLATE_SIMT && fm && ((xp % 16) != 0 || (ldx % 8) != 0);
     tj_cuda_kernel *k;
     tj_cuda_data *data;
     TJ_TRY(layer_kernel(m, layer, &cfg, simt, &k, err));
@@ -667,6 +700,7 @@ static tj_status linear_staged(tj_model *m, int64_t layer, const tj_linear_args 
     cfg.x_fm = cfg.y_fm = fm;
     cfg.dtype = xdt == TJ_F32 ? cfg.dtype : xdt;
     cfg.out = ydt;
+    wgmma_row_major_fallback(l, &cfg);
     /* Staging layouts: x as [K × ldx] (fm, ldx = M rounded up to 8 for 16-byte rows) or [M × K]. */
     int64_t xr = fm ? l->k : a->m, xc = fm ? a->m : l->k, ldx = fm ? (a->m + 7) / 8 * 8 : l->k;
     int64_t yr = fm ? l->n : a->m, yc = fm ? a->m : l->n, ldy = yc;

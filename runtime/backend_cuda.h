@@ -35,6 +35,7 @@ typedef struct tj_cuda_device {
     int sync_check;       /* TILEJIT_SYNC_CHECK=1: synchronise after every launch, name the faulting one */
     int grid_full;        /* TILEJIT_CUDA_GRID=full: tj_tiles one work item per block, not persistent */
     int grid_cap;         /* TILEJIT_CUDA_GRID=N (N > 0): at most N tj_tiles blocks (tests, sanitizer runs) */
+    int wgmma_default;    /* TILEJIT_CUDA_WGMMA=1 on a 9.0 device: the wgmma kernel (sm_90a) is the untuned default */
 } tj_cuda_device;
 
 /* Opens the driver and device `ordinal` and retains its primary context. Fails with

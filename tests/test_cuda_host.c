@@ -467,6 +467,35 @@ static void test_cli(void)
     }
 }
 
+/* TILEJIT_CUDA_WGMMA=1 on a 9.0 device: the wgmma kernel (one 128-thread warpgroup, sm_90a, shared
+ * memory) for feature-major calls; row-major calls run the mma kernel (8 warps); unaligned x the
+ * SIMT kernel. */
+static void test_wgmma_default(void)
+{
+    setenv("TILEJIT_LIBCUDA", fake_path, 1);
+    setenv("TJ_FAKE_CUDA", "sm90", 1);
+    setenv("TILEJIT_CUDA_WGMMA", "1", 1);
+    tj_context *ctx = NULL;
+    tj_model *m = NULL;
+    CHECK(make_context(TJ_BACKEND_CUDA, 0, 0, &ctx) == TJ_OK);
+    if (ctx) CHECKF(tj_model_load(ctx, path("m.json"), path("m.safetensors"), &m) == TJ_OK, "load: %s", tj_context_error(ctx));
+    if (m) {
+        fake_reset();
+        CHECKF(device_call(m, 0, 1, 13, 0, 0, 0) == TJ_OK, "%s", tj_context_error(ctx));
+        CHECKF(fake_count() == 3 && fake_launch(0)->block[0] == 128 && fake_launch(0)->smem > 0, "fm: %d launches", fake_count());
+        fake_reset();
+        CHECKF(device_call(m, 0, 0, 13, 0, 0, 0) == TJ_OK, "%s", tj_context_error(ctx));
+        CHECKF(fake_count() == 3 && fake_launch(0)->block[0] == 256, "rm: %d launches", fake_count());
+        fake_reset();
+        CHECKF(device_call(m, 0, 1, 13, 0, 0, 1) == TJ_OK, "%s", tj_context_error(ctx));
+        CHECKF(fake_count() == 3 && fake_launch(0)->block[0] == 128 && fake_launch(0)->smem == 0, "unaligned: %d launches",
+               fake_count());
+    }
+    tj_model_destroy(m);
+    tj_context_destroy(ctx);
+    unsetenv("TILEJIT_CUDA_WGMMA");
+}
+
 int main(void)
 {
     fake_path = getenv("TJ_FAKE_LIBCUDA");
@@ -485,6 +514,7 @@ int main(void)
             test_driver_errors();
             test_fake_gpu();
             test_alignment();
+            test_wgmma_default();
             test_sync_check();
         }
     } else {

@@ -1,8 +1,9 @@
-/* Resources of the mma kernel as ptxas reports them (NVRTC, no GPU needed): for sm_80, sm_86,
- * sm_89 and sm_90, on a BERT-base FFN layer at 75 % tile-wise sparsity, every layout and dtype
- * pair and several tilings of tj_tiles with table offsets use no local memory (a 0-byte stack
- * frame, no spills) and at most 128 registers (two 256-thread blocks per SM). Prints each
- * kernel's compile time. Suite 'cuda'. */
+/* Resources of the tile kernels as ptxas reports them (NVRTC, no GPU needed): the mma kernel for
+ * sm_80, sm_86, sm_89, sm_90 and sm_90a and the wgmma kernel for sm_90a (the only arch that has
+ * it), on a BERT-base FFN layer at 75 % tile-wise sparsity, several layouts, dtypes and tilings:
+ * no local memory (a 0-byte stack frame, no spills), at most 128 registers for mma (two
+ * 256-thread blocks per SM) and 255 for wgmma (one 128-thread block). Prints each kernel's
+ * registers and compile time. Suite 'cuda'. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,10 +23,15 @@ static const char *const configs[] = {
     "{\"bm\":256,\"bn\":64}",
     "{\"bm\":64,\"bn\":64,\"bk\":16,\"warps\":4,\"stages\":2}",
     "{\"bm\":32,\"bn\":32,\"warps\":2,\"stages\":4}",
+    /* sm_90a only (the last arch) */
+    "{\"template\":\"wgmma\",\"bm\":128,\"bn\":64,\"bk\":64,\"warps\":4,\"stages\":4}",
+    "{\"template\":\"wgmma\",\"bm\":128,\"bn\":64,\"bk\":64,\"warps\":4,\"stages\":3,\"dtype\":\"bf16\",\"out\":\"bf16\"}",
+    "{\"template\":\"wgmma\",\"bm\":64,\"bn\":64,\"bk\":32,\"warps\":4,\"stages\":2,\"out\":\"f16\",\"layout\":\"fm_rm\"}",
 };
+#define NWG 3 /* the wgmma configs at the end of the table */
 #define NCFG (int)(sizeof configs / sizeof *configs)
-static const int archs[] = {80, 86, 89, 90};
-#define NARCH 4
+static const int archs[] = {80, 86, 89, 90, 90 | TJ_CUDA_SM_ARCH_SPECIFIC};
+#define NARCH 5
 
 int main(void)
 {
@@ -36,7 +42,7 @@ int main(void)
         fprintf(stderr, "%s\n", err.msg);
         return 1;
     }
-    /* Every config on sm_80; the default and bf16 ones on the other archs. */
+    /* Every mma config on sm_80; the default and bf16 ones on the other archs; wgmma on sm_90a. */
     enum { MAXJ = NCFG * NARCH };
     tj_nvrtc_job jobs[MAXJ];
     char *srcs[MAXJ];
@@ -44,7 +50,9 @@ int main(void)
     memset(jobs, 0, sizeof jobs);
     for (int a = 0; a < NARCH; a++)
         for (int i = 0; i < NCFG; i++) {
-            if (a > 0 && i > 1) continue;
+            int wg = i >= NCFG - NWG;
+            if (wg != (a == NARCH - 1 && i >= 2)) continue; /* wgmma: sm_90a only; sm_90a: mma default/bf16 + wgmma */
+            if (!wg && a > 0 && i > 1) continue;
             tj_cuda_config c = tj_cuda_config_default(&l);
             CHECK_OK(tj_cuda_config_from_json(configs[i], &c, &err), &err);
             srcs[nj] = NULL;
@@ -70,9 +78,13 @@ int main(void)
         }
         CHECKF(t != NULL, "sm_%d %s: no tj_tiles in the ptxas report", jobs[j].sm, configs[jc[j]]);
         if (!t) continue;
-        CHECKF(t->registers > 0 && t->registers <= 128, "sm_%d %s: tj_tiles uses %d registers", jobs[j].sm,
+        /* mma: two 256-thread blocks per SM; wgmma: one 128-thread block, any of the 255 */
+        const int regs_max = strstr(configs[jc[j]], "wgmma") ? 255 : 128;
+        CHECKF(t->registers > 0 && t->registers <= regs_max, "sm_%d %s: tj_tiles uses %d registers", jobs[j].sm,
                configs[jc[j]], t->registers);
-        printf("sm_%d %-56s tj_tiles %3d registers, stack %lld B, spills %lld B, compiled in %.2f s\n", jobs[j].sm,
+        char an[16];
+        tj_cuda_arch_name(jobs[j].sm, an);
+        printf("%-6s %-56s tj_tiles %3d registers, stack %lld B, spills %lld B, compiled in %.2f s\n", an,
                configs[jc[j]], t->registers, (long long)t->stack, (long long)(t->spill_stores + t->spill_loads),
                b->seconds);
     }

@@ -130,6 +130,30 @@ TJ_HX_HOOK void tj_hx_mma_m16n8k16_f32_bf16(float d[4], const unsigned a[4], con
     tj_hx->mma_m16n8k16(tj_hx->ctx, d, a, b, 1, TJ_HX_PC);
 }
 
+/* Hopper: mbarrier, bulk copies, the async-proxy fence and wgmma (templates/hopper.cu) */
+TJ_HX_HOOK void tj_hx_mbarrier_init(unsigned bar, unsigned count) { tj_hx->mbarrier_init(tj_hx->ctx, bar, count, TJ_HX_PC); }
+TJ_HX_HOOK void tj_hx_mbarrier_arrive_expect_tx(unsigned bar, unsigned tx)
+{
+    tj_hx->mbarrier_arrive_expect_tx(tj_hx->ctx, bar, tx, TJ_HX_PC);
+}
+TJ_HX_HOOK unsigned tj_hx_mbarrier_try_wait_parity(unsigned bar, unsigned parity)
+{
+    return (unsigned)tj_hx->mbarrier_try_wait_parity(tj_hx->ctx, bar, parity, TJ_HX_PC);
+}
+TJ_HX_HOOK void tj_hx_cp_async_bulk(unsigned dst, const void *src, unsigned size, unsigned bar)
+{
+    tj_hx->cp_async_bulk(tj_hx->ctx, dst, src, size, bar, TJ_HX_PC);
+}
+TJ_HX_HOOK void tj_hx_fence_proxy_async(void) { tj_hx->fence_proxy_async(tj_hx->ctx, TJ_HX_PC); }
+TJ_HX_HOOK void tj_hx_wgmma_fence(void) { tj_hx->wgmma_fence(tj_hx->ctx, TJ_HX_PC); }
+TJ_HX_HOOK void tj_hx_wgmma_commit_group(void) { tj_hx->wgmma_commit_group(tj_hx->ctx, TJ_HX_PC); }
+TJ_HX_HOOK void tj_hx_wgmma_wait_group(int n) { tj_hx->wgmma_wait_group(tj_hx->ctx, n, TJ_HX_PC); }
+TJ_HX_HOOK void tj_hx_wgmma_mma_async(float *d, int n, unsigned long long desc_a, unsigned long long desc_b, int scale_d,
+                                      int bf16, int trans_a, int trans_b)
+{
+    tj_hx->wgmma_mma_async(tj_hx->ctx, d, n, desc_a, desc_b, scale_d, bf16, trans_a, trans_b, TJ_HX_PC);
+}
+
 /* ---- the instrumentation hooks (ThreadSanitizer's ABI, our meaning) ---- */
 #define TJ_HX_ACCESS(name, n, kind) \
     TJ_HX_HOOK void name(void *p) { tj_hx->access(tj_hx->ctx, p, n, kind, TJ_HX_PC); }

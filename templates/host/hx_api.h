@@ -7,7 +7,7 @@
 
 #include <stddef.h>
 
-#define TJ_HX_API_VERSION 1
+#define TJ_HX_API_VERSION 2
 /* Dynamic shared memory a module provides: 227 KiB, sm_90's opt-in maximum per block. */
 #define TJ_HX_SMEM_CAPACITY 232448
 
@@ -48,6 +48,26 @@ typedef struct tj_hx_api {
     void (*ldmatrix)(void *ctx, unsigned *r, int num, int trans, unsigned addr, const void *pc);
     /* mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.{f16,bf16}.f32 d, a, b, c (d = c in place) */
     void (*mma_m16n8k16)(void *ctx, float d[4], const unsigned a[4], const unsigned b[2], int bf16, const void *pc);
+
+    /* Hopper (sm_90a): mbarrier.init.shared::cta.b64 [bar], count */
+    void (*mbarrier_init)(void *ctx, unsigned bar, unsigned count, const void *pc);
+    /* mbarrier.arrive.expect_tx.shared::cta.b64 _, [bar], tx (tx 0: a plain arrive) */
+    void (*mbarrier_arrive_expect_tx)(void *ctx, unsigned bar, unsigned tx, const void *pc);
+    /* mbarrier.try_wait.parity.shared::cta.b64 p, [bar], parity: 1 once the phase of that parity
+     * has completed (the executor blocks the thread until then instead of returning 0) */
+    int (*mbarrier_try_wait_parity)(void *ctx, unsigned bar, unsigned parity, const void *pc);
+    /* cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [dst], [src], size, [bar] */
+    void (*cp_async_bulk)(void *ctx, unsigned dst, const void *src, unsigned size, unsigned bar, const void *pc);
+    /* fence.proxy.async.shared::cta */
+    void (*fence_proxy_async)(void *ctx, const void *pc);
+    /* wgmma.fence / commit_group / wait_group n (.sync.aligned over the 128 threads of a warpgroup) */
+    void (*wgmma_fence)(void *ctx, const void *pc);
+    void (*wgmma_commit_group)(void *ctx, const void *pc);
+    void (*wgmma_wait_group)(void *ctx, int n, const void *pc);
+    /* wgmma.mma_async.sync.aligned.m64nNk16.f32.{f16,bf16}.{f16,bf16} d, desc_a, desc_b, scale_d,
+     * 1, 1, trans_a, trans_b: d[n / 2] accumulators per thread */
+    void (*wgmma_mma_async)(void *ctx, float *d, int n, unsigned long long desc_a, unsigned long long desc_b, int scale_d,
+                            int bf16, int trans_a, int trans_b, const void *pc);
 
     /* conversions (pure) */
     float (*cvt_f32_f16)(unsigned short h);

@@ -20,9 +20,11 @@
 #define HX_MAX_REPORTS 64           /* distinct (kind, place) reports kept per launch */
 #define HX_ERR_REPORTS 3            /* of them in the tj_error */
 #define HX_NOBODY 0xffffu
+#define HX_MAX_MBAR 32              /* mbarriers per block */
+#define HX_MAX_WG (HX_MAX_THREADS / 128)
 
-enum { T_RUN, T_BAR, T_WARP, T_DONE };
-enum { OP_LDMATRIX = 1, OP_MMA };
+enum { T_RUN, T_BAR, T_WARP, T_DONE, T_MBAR, T_WG };
+enum { OP_LDMATRIX = 1, OP_MMA, OP_WG_FENCE, OP_WG_MMA, OP_WG_COMMIT, OP_WG_WAIT };
 enum {
     R_FAULT = 1,     /* ends the launch */
     R_RACE,          /* two threads, one barrier interval, at least one write */
@@ -30,7 +32,37 @@ enum {
     R_UNINIT,        /* shared memory read that no thread of the block wrote */
     R_GLOBAL_RACE,   /* two threads of one launch on the same global byte, one writing */
     R_BARRIER_SITE,  /* threads of one barrier at different __syncthreads */
+    R_MBAR,          /* bulk-copy data read by a thread that has not waited for its mbarrier phase */
+    R_PROXY,         /* wgmma reads generic-proxy writes that no fence.proxy.async ordered */
+    R_WGMMA,         /* wgmma protocol: results never waited for, mma_async without wgmma.fence */
 };
+
+typedef struct hx_bulk { /* one cp.async.bulk landing when its mbarrier phase completes */
+    uint32_t dst, n, at; /* shared offset, bytes, offset of the data in the barrier's arena */
+    uint16_t tid;
+    uint32_t pc;
+} hx_bulk;
+
+typedef struct hx_mbar {
+    uint32_t off;
+    int used;
+    uint32_t count, pending; /* arrivals per phase, still missing in the current one */
+    int64_t tx;              /* transaction bytes of the current phase (expect_tx up, complete_tx down) */
+    uint32_t phase;          /* completed phases */
+    int init_tid;            /* the thread that initialised it, and its fence.proxy.async count then */
+    uint32_t init_fseq;
+    hx_bulk *bulk;
+    int nbulk, bulkcap;
+    uint8_t *data;
+    size_t ndata, datacap;
+} hx_mbar;
+
+typedef struct hx_wg { /* a warpgroup's rendezvous at wgmma.* */
+    int arrived, op, fenced;
+    uintptr_t pc;
+    uint32_t committed; /* commit_group count: the open group has this number */
+    uint32_t done;      /* groups below this number are complete (the last wait_group said so) */
+} hx_wg;
 
 typedef struct hx_cp { /* one cp.async in flight */
     uint32_t off, group;
@@ -52,6 +84,17 @@ typedef struct hx_thread {
     int ld_num, ld_trans;
     float *mma_d;
     const unsigned *mma_a, *mma_b;
+    /* Hopper state */
+    uint32_t fences;                /* fence.proxy.async executed */
+    uint32_t mb_seen[HX_MAX_MBAR];  /* phases of each mbarrier this thread has seen complete */
+    int mb_wait;                    /* the mbarrier a T_MBAR thread waits on */
+    float *wg_d;                    /* operands of the wgmma.mma_async it waits in */
+    int wg_n, wg_scale, wg_bf16, wg_ta, wg_tb, wg_waitn;
+    uint64_t wg_da, wg_db;
+    float wg_acc[128];              /* results in flight: land in *wg_acc_ptr at wgmma.wait_group */
+    float *wg_acc_ptr;
+    uint32_t wg_acc_group;
+    int wg_acc_pending;
 } hx_thread;
 
 typedef struct hx_warp {
@@ -66,6 +109,11 @@ typedef struct hx_sbyte {
     uint32_t w_pc, r_pc, p_pc;
     uint16_t w_tid, r_tid, p_tid;
     uint8_t r_multi, pend;
+    uint8_t mb;        /* 1 + the mbarrier whose phase landed this byte (a bulk copy); 0: a generic write */
+    uint32_t mb_phase; /* that phase, counted from 1 */
+    uint32_t w_fseq;   /* the writer's fence.proxy.async count at the write */
+    uint8_t wg_rd;     /* 1 + the warpgroup whose wgmma read this byte last; 0: none */
+    uint32_t wg_group; /* that wgmma's group: the read lasts until a wait_group completes it */
 } hx_sbyte;
 
 /* Shadow of one byte of a writable global buffer: the last writer within the current launch. */
@@ -115,6 +163,8 @@ struct tj_hx_exec {
     int nthreads, ndone, bar_arrived, abort;
     uintptr_t bar_pc;
     hx_thread *cur;
+    hx_mbar mbar[HX_MAX_MBAR];
+    hx_wg wg[HX_MAX_WG];
     tj_hx_launch_stats stats;
     hx_report rep[HX_MAX_REPORTS];
     int nrep;
@@ -197,7 +247,14 @@ static void shared_touch(tj_hx_exec *e, int tid, uint32_t off, size_t n, int kin
                 if (s->pend)
                     report_by(e, R_PENDING, tid, pc, image_pc(e, s->p_pc),
                            "reads shared byte %u while thread %u's cp.async to it is in flight (no cp.async.wait_group "
-                           "covered it yet)", b, s->p_tid);
+                           "or mbarrier phase covered it yet)", b, s->p_tid);
+                else if (s->mb && e->threads[tid].mb_seen[s->mb - 1] < s->mb_phase)
+                    report_by(e, R_MBAR, tid, pc, image_pc(e, s->w_pc),
+                              "reads shared byte %u landed by a bulk copy that completed phase %u of the mbarrier at "
+                              "shared %u, which this thread has not waited for (it saw %u phases)",
+                              b, s->mb_phase, e->mbar[s->mb - 1].off, e->threads[tid].mb_seen[s->mb - 1]);
+                else if (s->mb)
+                    told = 0; /* ordered by the mbarrier wait, whatever the barrier interval */
                 else if (!s->w_epoch)
                     report_by(e, R_UNINIT, tid, pc, NULL, "reads shared byte %u that no thread of the block wrote", b);
                 else if (s->w_epoch == e->epoch && s->w_tid != tid)
@@ -227,12 +284,18 @@ static void shared_touch(tj_hx_exec *e, int tid, uint32_t off, size_t n, int kin
                     report_by(e, R_RACE, tid, pc, image_pc(e, s->r_pc),
                            "race: writes shared byte %u read by thread %u in the same barrier interval", b,
                            s->r_tid != tid ? s->r_tid : HX_NOBODY);
+                else if (s->wg_rd && e->wg[s->wg_rd - 1].done <= s->wg_group)
+                    report_by(e, R_WGMMA, tid, pc, image_pc(e, s->r_pc),
+                              "writes shared byte %u that warpgroup %d's wgmma (group %u) may still be reading: no "
+                              "wgmma.wait_group completed that group", b, s->wg_rd - 1, s->wg_group);
                 else
                     told = 0;
             }
             s->w_epoch = e->epoch;
             s->w_tid = (uint16_t)tid;
             s->w_pc = pc_off(e, pc);
+            s->mb = 0;
+            s->w_fseq = e->threads[tid].fences;
         }
     }
 }
@@ -489,6 +552,8 @@ static void hx_mma(void *ctx, float d[4], const unsigned a[4], const unsigned b[
 
 /* ---- cp.async ---- */
 
+static void async_dst_claim(tj_hx_exec *e, hx_thread *t, uint32_t dst, uint32_t n, const char *what, const void *pc);
+
 static unsigned hx_cvta_to_shared(void *ctx, const void *p, const void *pc)
 {
     tj_hx_exec *e = ctx;
@@ -514,31 +579,7 @@ static void hx_cp_async(void *ctx, unsigned dst, const void *src, int cp_size, i
         if (!in_image(e, s)) global_touch(e, s, (size_t)src_size, TJ_HX_READ, pc);
     }
     /* The write may land any time until the wait: it conflicts with what others did in this interval. */
-    for (int i = 0; i < cp_size; i++) {
-        hx_sbyte *sb = &e->shadow[dst + (unsigned)i];
-        if (sb->pend) {
-            report(e, R_PENDING, pc, image_pc(e, sb->p_pc),
-                   "cp.async to shared byte %u while thread %u's earlier cp.async to it is in flight", dst + i, sb->p_tid);
-            break;
-        }
-        if (sb->w_epoch == e->epoch && sb->w_tid != t->tid) {
-            report(e, R_RACE, pc, image_pc(e, sb->w_pc),
-                   "race: cp.async to shared byte %u written by thread %u in the same barrier interval", dst + i, sb->w_tid);
-            break;
-        }
-        if (sb->r_epoch == e->epoch && (sb->r_multi || sb->r_tid != t->tid)) {
-            report(e, R_RACE, pc, image_pc(e, sb->r_pc),
-                   "race: cp.async to shared byte %u read by another thread in the same barrier interval (a "
-                   "__syncthreads between their reads and this refill is missing)", dst + i);
-            break;
-        }
-    }
-    for (int i = 0; i < cp_size; i++) {
-        hx_sbyte *sb = &e->shadow[dst + (unsigned)i];
-        sb->pend++;
-        sb->p_tid = (uint16_t)t->tid;
-        sb->p_pc = pc_off(e, pc);
-    }
+    async_dst_claim(e, t, dst, (uint32_t)cp_size, "cp.async", pc);
     if (t->ncp == t->cpcap) {
         int cap = t->cpcap ? 2 * t->cpcap : 64;
         hx_cp *n = realloc(t->cp, (size_t)cap * sizeof *n);
@@ -584,6 +625,333 @@ static void hx_cp_wait(void *ctx, int n, const void *pc)
     if (t->cphead == t->ncp) t->cphead = t->ncp = 0;
 }
 
+/* ---- mbarriers and bulk copies (sm_90) ----
+ * An mbarrier is an object at a shared offset: arrivals expected per phase, a transaction count,
+ * and the number of completed phases. A phase completes when its last arrival has come and its
+ * transaction count is back to 0; the bulk copies that completed bytes on it land only then
+ * (their bytes are in flight until that moment), and a thread may read them only once it has
+ * seen that phase complete through try_wait.parity. */
+
+static hx_mbar *mbar_find(tj_hx_exec *e, unsigned off, const char *what, const void *pc)
+{
+    for (int i = 0; i < HX_MAX_MBAR; i++)
+        if (e->mbar[i].used && e->mbar[i].off == off) return &e->mbar[i];
+    fault(e, pc, NULL, "%s on shared %u, which holds no initialised mbarrier", what, off);
+    return NULL;
+}
+
+static void mbar_complete_if_done(tj_hx_exec *e, hx_mbar *b)
+{
+    if (b->pending || b->tx) return;
+    int idx = (int)(b - e->mbar);
+    for (int i = 0; i < b->nbulk; i++) {
+        hx_bulk *c = &b->bulk[i];
+        memcpy(e->m->smem + c->dst, b->data + c->at, c->n);
+        for (uint32_t k = 0; k < c->n; k++) {
+            hx_sbyte *sb = &e->shadow[c->dst + k];
+            sb->pend--;
+            if (!sb->pend) sb->p_tid = HX_NOBODY;
+            sb->w_epoch = e->epoch;
+            sb->w_tid = c->tid;
+            sb->w_pc = c->pc;
+            sb->mb = (uint8_t)(idx + 1);
+            sb->mb_phase = b->phase + 1;
+        }
+    }
+    b->nbulk = 0;
+    b->ndata = 0;
+    b->phase++;
+    b->pending = b->count;
+    for (int i = 0; i < e->nthreads; i++) {
+        hx_thread *t = &e->threads[i];
+        if (t->state == T_MBAR && t->mb_wait == idx) {
+            t->state = T_RUN;
+            t->mb_seen[idx] = b->phase;
+        }
+    }
+}
+
+static void hx_mbar_init(void *ctx, unsigned bar, unsigned count, const void *pc)
+{
+    tj_hx_exec *e = ctx;
+    if (bar % 8) fault(e, pc, NULL, "mbarrier.init: shared %u is not 8-byte aligned", bar);
+    shared_bounds(e, bar, 8, "mbarrier", pc);
+    if (count < 1 || count > (1u << 20) - 1) fault(e, pc, NULL, "mbarrier.init: count %u outside [1, 2^20 - 1]", count);
+    hx_mbar *b = NULL;
+    for (int i = 0; i < HX_MAX_MBAR && !b; i++)
+        if (e->mbar[i].used && e->mbar[i].off == bar) b = &e->mbar[i];
+    for (int i = 0; i < HX_MAX_MBAR && !b; i++)
+        if (!e->mbar[i].used) b = &e->mbar[i];
+    if (!b) fault(e, pc, NULL, "more than %d mbarriers in one block (the executor's limit)", HX_MAX_MBAR);
+    if (b->nbulk) fault(e, pc, NULL, "mbarrier.init on shared %u while bulk copies on it are in flight", bar);
+    b->used = 1;
+    b->off = bar;
+    b->count = b->pending = count;
+    b->tx = 0;
+    b->phase = 0;
+    b->init_tid = e->cur->tid;
+    b->init_fseq = e->cur->fences;
+    for (int i = 0; i < e->nthreads; i++) e->threads[i].mb_seen[b - e->mbar] = 0;
+}
+
+static void hx_mbar_arrive(void *ctx, unsigned bar, unsigned tx, const void *pc)
+{
+    tj_hx_exec *e = ctx;
+    hx_mbar *b = mbar_find(e, bar, "mbarrier.arrive", pc);
+    if (!b->pending)
+        fault(e, pc, NULL, "mbarrier.arrive on shared %u: phase %u already has its %u arrivals", bar, b->phase, b->count);
+    b->tx += tx;
+    b->pending--;
+    mbar_complete_if_done(e, b);
+}
+
+static int hx_mbar_try_wait(void *ctx, unsigned bar, unsigned parity, const void *pc)
+{
+    tj_hx_exec *e = ctx;
+    hx_thread *t = e->cur;
+    hx_mbar *b = mbar_find(e, bar, "mbarrier.try_wait.parity", pc);
+    int idx = (int)(b - e->mbar);
+    if (parity > 1) fault(e, pc, NULL, "mbarrier.try_wait.parity: parity %u is not 0 or 1", parity);
+    /* The current phase (number b->phase) is incomplete; the one of the other parity before it is
+     * complete (for phase 0, as the ISA has it, too: a wrong parity passes at once). */
+    if ((b->phase & 1u) != parity) {
+        if (t->mb_seen[idx] < b->phase) t->mb_seen[idx] = b->phase;
+        return 1;
+    }
+    t->state = T_MBAR;
+    t->mb_wait = idx;
+    yield(e, t);
+    return 1;
+}
+
+/* A write of [dst, dst + n) by the async unit on behalf of the running thread, landing later:
+ * it conflicts with what other threads did to those bytes in this barrier interval and with
+ * copies still in flight; the bytes are in flight from now on. */
+static void async_dst_claim(tj_hx_exec *e, hx_thread *t, uint32_t dst, uint32_t n, const char *what, const void *pc)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        hx_sbyte *sb = &e->shadow[dst + i];
+        if (sb->pend) {
+            report(e, R_PENDING, pc, image_pc(e, sb->p_pc),
+                   "%s to shared byte %u while thread %u's earlier copy to it is in flight", what, dst + i, sb->p_tid);
+            break;
+        }
+        if (sb->w_epoch == e->epoch && sb->w_tid != t->tid && !sb->mb) {
+            report(e, R_RACE, pc, image_pc(e, sb->w_pc),
+                   "race: %s to shared byte %u written by thread %u in the same barrier interval", what, dst + i, sb->w_tid);
+            break;
+        }
+        if (sb->r_epoch == e->epoch && (sb->r_multi || sb->r_tid != t->tid)) {
+            report(e, R_RACE, pc, image_pc(e, sb->r_pc),
+                   "race: %s to shared byte %u read by another thread in the same barrier interval (a "
+                   "__syncthreads between their reads and this refill is missing)", what, dst + i);
+            break;
+        }
+        if (sb->wg_rd && e->wg[sb->wg_rd - 1].done <= sb->wg_group) {
+            report(e, R_WGMMA, pc, image_pc(e, sb->r_pc),
+                   "%s to shared byte %u that warpgroup %d's wgmma (group %u) may still be reading: no "
+                   "wgmma.wait_group completed that group", what, dst + i, sb->wg_rd - 1, sb->wg_group);
+            break;
+        }
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        hx_sbyte *sb = &e->shadow[dst + i];
+        sb->pend++;
+        sb->p_tid = (uint16_t)t->tid;
+        sb->p_pc = pc_off(e, pc);
+    }
+}
+
+static void hx_cp_bulk(void *ctx, unsigned dst, const void *src, unsigned size, unsigned bar, const void *pc)
+{
+    tj_hx_exec *e = ctx;
+    hx_thread *t = e->cur;
+    if (size == 0 || size % 16) fault(e, pc, NULL, "cp.async.bulk: size %u is not a positive multiple of 16", size);
+    if (dst % 16 || (uintptr_t)src % 16)
+        fault(e, pc, NULL, "cp.async.bulk: shared %u or global %p is not 16-byte aligned", dst, src);
+    shared_bounds(e, dst, size, "cp.async.bulk destination", pc);
+    uintptr_t sp = (uintptr_t)src;
+    if (in_smem_window(e, sp) || (sp >= t->stack_lo && sp < t->stack_hi))
+        fault(e, pc, NULL, "cp.async.bulk source %p is not global memory", src);
+    if (!in_image(e, sp)) global_touch(e, sp, size, TJ_HX_READ, pc);
+    hx_mbar *b = mbar_find(e, bar, "cp.async.bulk completing", pc);
+    if (e->threads[b->init_tid].fences <= b->init_fseq)
+        report(e, R_PROXY, pc, NULL,
+               "cp.async.bulk completes on the mbarrier at shared %u, whose mbarrier.init (by thread %d) no "
+               "fence.proxy.async made visible to the async proxy", bar, b->init_tid);
+    async_dst_claim(e, t, dst, size, "cp.async.bulk", pc);
+    if (b->nbulk == b->bulkcap) {
+        int cap = b->bulkcap ? 2 * b->bulkcap : 64;
+        hx_bulk *n = realloc(b->bulk, (size_t)cap * sizeof *n);
+        if (!n) fault(e, pc, NULL, "host executor: out of memory for cp.async.bulk");
+        b->bulk = n;
+        b->bulkcap = cap;
+    }
+    if (b->ndata + size > b->datacap) {
+        size_t cap = b->datacap ? 2 * b->datacap : 65536;
+        while (cap < b->ndata + size) cap *= 2;
+        uint8_t *n = realloc(b->data, cap);
+        if (!n) fault(e, pc, NULL, "host executor: out of memory for cp.async.bulk");
+        b->data = n;
+        b->datacap = cap;
+    }
+    hx_bulk *c = &b->bulk[b->nbulk++];
+    c->dst = dst;
+    c->n = size;
+    c->at = (uint32_t)b->ndata;
+    c->tid = (uint16_t)t->tid;
+    c->pc = pc_off(e, pc);
+    memcpy(b->data + b->ndata, src, size); /* read at issue */
+    b->ndata += size;
+    /* the copy's complete_tx: the executor lets it finish as soon as it is issued */
+    b->tx -= size;
+    mbar_complete_if_done(e, b);
+}
+
+static void hx_fence_proxy_async(void *ctx, const void *pc)
+{
+    (void)pc;
+    tj_hx_exec *e = ctx;
+    e->cur->fences++;
+}
+
+/* ---- wgmma: collectives of the 128 threads of a warpgroup ---- */
+
+static void run_wgmma(tj_hx_exec *e, hx_wg *w, int g)
+{
+    hx_thread *th = &e->threads[g * 128];
+    const void *pc = (const void *)w->pc;
+    for (int i = 1; i < 128; i++)
+        if (th[i].wg_da != th[0].wg_da || th[i].wg_db != th[0].wg_db || th[i].wg_n != th[0].wg_n ||
+            th[i].wg_scale != th[0].wg_scale || th[i].wg_bf16 != th[0].wg_bf16 || th[i].wg_ta != th[0].wg_ta ||
+            th[i].wg_tb != th[0].wg_tb)
+            fault(e, pc, NULL, "wgmma.mma_async: thread %d's descriptors or immediates differ from thread %d's", th[i].tid,
+                  th[0].tid);
+    int n = th[0].wg_n;
+    if (n < 8 || n > 256 || n % 8) fault(e, pc, NULL, "wgmma.mma_async: n %d is not a multiple of 8 in [8, 256]", n);
+    if (!w->fenced)
+        report_by(e, R_WGMMA, th[0].tid, pc, NULL,
+                  "wgmma.mma_async without a wgmma.fence since the warpgroup's accumulators were last touched");
+    static uint16_t a[64][16], b[16][256];
+    static float cd[128][128];
+    for (int op = 0; op < 2; op++) {
+        uint64_t desc = op ? th[0].wg_db : th[0].wg_da;
+        int trans = op ? th[0].wg_tb : th[0].wg_ta, mns = op ? n : 64;
+        for (int mn = 0; mn < mns; mn++)
+            for (int k = 0; k < 16; k++) {
+                int base = 0;
+                uint32_t addr = tj_hx_ptx_wgmma_addr(desc, trans, mn, k, &base);
+                if (base) fault(e, pc, NULL, "wgmma descriptor with base offset %d (the executor models 0 only)", base);
+                shared_bounds(e, addr, 2, op ? "wgmma operand B" : "wgmma operand A", pc);
+                shared_touch(e, th[0].tid, addr, 2, TJ_HX_READ, pc);
+                for (uint32_t q = 0; q < 2; q++) { /* read until the group completes */
+                    e->shadow[addr + q].wg_rd = (uint8_t)(g + 1);
+                    e->shadow[addr + q].wg_group = w->committed;
+                }
+                for (uint32_t q = 0; q < 2; q++) {
+                    const hx_sbyte *s = &e->shadow[addr + q];
+                    if (s->w_epoch && !s->mb && s->w_tid != HX_NOBODY && e->threads[s->w_tid].fences <= s->w_fseq) {
+                        report_by(e, R_PROXY, th[0].tid, pc, image_pc(e, s->w_pc),
+                                  "wgmma reads shared byte %u (operand %c) written through the generic proxy by thread %u "
+                                  "with no fence.proxy.async after the write (second location)",
+                                  addr + q, op ? 'B' : 'A', s->w_tid);
+                        break;
+                    }
+                }
+                uint16_t v;
+                memcpy(&v, e->m->smem + addr, 2);
+                if (op) b[k][mn] = v;
+                else a[mn][k] = v;
+            }
+    }
+    for (int i = 0; i < 128; i++) {
+        hx_thread *t = &th[i];
+        const float *c = t->wg_acc_pending && t->wg_acc_ptr == t->wg_d ? t->wg_acc : t->wg_d;
+        for (int r = 0; r < n / 2; r++) cd[i][r] = th[0].wg_scale ? c[r] : 0.0f;
+    }
+    tj_hx_ptx_wgmma(a, b, n, th[0].wg_bf16, cd);
+    for (int i = 0; i < 128; i++) {
+        hx_thread *t = &th[i];
+        memcpy(t->wg_acc, cd[i], (size_t)(n / 2) * sizeof(float));
+        t->wg_acc_ptr = t->wg_d;
+        t->wg_acc_group = w->committed;
+        t->wg_acc_pending = n / 2;
+    }
+}
+
+static const char *wg_op_name(int op)
+{
+    return op == OP_WG_FENCE ? "wgmma.fence" : op == OP_WG_MMA ? "wgmma.mma_async" : op == OP_WG_COMMIT ? "wgmma.commit_group"
+                                                                                                      : "wgmma.wait_group";
+}
+
+static void wg_collective(tj_hx_exec *e, hx_thread *t, int op, const void *pc)
+{
+    if (e->nthreads % 128)
+        fault(e, pc, NULL, "%s needs whole warpgroups; the block has %d threads", wg_op_name(op), e->nthreads);
+    int g = t->tid / 128;
+    hx_wg *w = &e->wg[g];
+    if (w->arrived == 0) {
+        w->op = op;
+        w->pc = (uintptr_t)pc;
+    } else if (w->op != op || w->pc != (uintptr_t)pc) {
+        fault(e, pc, (void *)w->pc, "warpgroup divergence: this thread reached %s while %d thread(s) of warpgroup %d wait at "
+              "%s (second location)", wg_op_name(op), w->arrived, g, wg_op_name(w->op));
+    }
+    t->state = T_WG;
+    if (++w->arrived < 128) {
+        yield(e, t);
+        return;
+    }
+    hx_thread *th = &e->threads[g * 128];
+    if (op == OP_WG_FENCE) {
+        w->fenced = 1;
+    } else if (op == OP_WG_MMA) {
+        run_wgmma(e, w, g);
+    } else if (op == OP_WG_COMMIT) {
+        w->committed++;
+    } else {
+        uint32_t n = (uint32_t)th[0].wg_waitn;
+        if (w->committed >= n && w->committed - n > w->done) w->done = w->committed - n;
+        for (int i = 0; i < 128; i++) {
+            hx_thread *u = &th[i];
+            if (u->wg_acc_pending && u->wg_acc_group + (uint32_t)u->wg_waitn < w->committed) {
+                memcpy(u->wg_acc_ptr, u->wg_acc, (size_t)u->wg_acc_pending * sizeof(float));
+                u->wg_acc_pending = 0;
+                w->fenced = 0; /* the accumulators were written: the next mma_async needs a fence */
+            }
+        }
+    }
+    e->stats.collectives++;
+    w->arrived = 0;
+    for (int i = 0; i < 128; i++) th[i].state = T_RUN;
+}
+
+static void hx_wgmma_fence(void *ctx, const void *pc) { tj_hx_exec *e = ctx; wg_collective(e, e->cur, OP_WG_FENCE, pc); }
+static void hx_wgmma_commit(void *ctx, const void *pc) { tj_hx_exec *e = ctx; wg_collective(e, e->cur, OP_WG_COMMIT, pc); }
+static void hx_wgmma_wait(void *ctx, int n, const void *pc)
+{
+    tj_hx_exec *e = ctx;
+    if (n < 0 || n > 7) fault(e, pc, NULL, "wgmma.wait_group %d: N must be in [0, 7]", n);
+    e->cur->wg_waitn = n;
+    wg_collective(e, e->cur, OP_WG_WAIT, pc);
+}
+static void hx_wgmma_mma(void *ctx, float *d, int n, unsigned long long da, unsigned long long db, int scale_d, int bf16,
+                         int ta, int tb, const void *pc)
+{
+    tj_hx_exec *e = ctx;
+    hx_thread *t = e->cur;
+    t->wg_d = d;
+    t->wg_n = n;
+    t->wg_da = da;
+    t->wg_db = db;
+    t->wg_scale = scale_d;
+    t->wg_bf16 = bf16;
+    t->wg_ta = ta;
+    t->wg_tb = tb;
+    wg_collective(e, t, OP_WG_MMA, pc);
+}
+
 /* ---- conversions: pure ---- */
 
 static float cvt_f32_f16(unsigned short h) { return tj_hx_ptx_cvt_f32_f16(h); }
@@ -609,6 +977,8 @@ static void thread_main(void *arg)
     if (e->bar_arrived)
         fault(e, (void *)e->bar_pc, NULL, "thread exited while %d thread(s) wait for it at __syncthreads",
               e->bar_arrived);
+    if (t->wg_acc_pending)
+        report(e, R_WGMMA, NULL, NULL, "thread exited with wgmma.mma_async results that no wgmma.wait_group landed");
     tj_hx_fiber_switch(&t->fb, &e->sched, 1);
 }
 
@@ -644,6 +1014,12 @@ static void run_block(tj_hx_exec *e)
     memset(e->shadow, 0, (size_t)e->smem_bytes * sizeof *e->shadow);
     e->epoch = 1;
     e->ndone = e->bar_arrived = 0;
+    for (int i = 0; i < HX_MAX_MBAR; i++) {
+        e->mbar[i].used = 0;
+        e->mbar[i].nbulk = 0;
+        e->mbar[i].ndata = 0;
+    }
+    memset(e->wg, 0, sizeof e->wg);
     for (int w = 0; w < (e->nthreads + 31) / 32; w++) {
         memset(&e->warps[w], 0, sizeof e->warps[w]);
         e->warps[w].nlanes = e->nthreads - 32 * w < 32 ? e->nthreads - 32 * w : 32;
@@ -661,6 +1037,9 @@ static void run_block(tj_hx_exec *e)
         t->stack_hi = (uintptr_t)stack + HX_STACK_BYTES;
         t->ncp = t->cphead = 0;
         t->committed = 0;
+        t->fences = 0;
+        memset(t->mb_seen, 0, sizeof t->mb_seen);
+        t->wg_acc_pending = 0;
         tj_hx_fiber_init(&t->fb, stack, HX_STACK_BYTES, thread_main, t);
     }
     e->stats.blocks++;
@@ -682,14 +1061,22 @@ static void run_block(tj_hx_exec *e)
         }
         if (e->ndone == e->nthreads) return;
         if (!progress) {
-            int bar = 0, coll = 0;
+            int bar = 0, coll = 0, mb = 0, wgc = 0;
             for (int i = 0; i < e->nthreads; i++) {
                 bar += e->threads[i].state == T_BAR;
                 coll += e->threads[i].state == T_WARP;
+                wgc += e->threads[i].state == T_WG;
+                if (e->threads[i].state == T_MBAR) mb++;
             }
-            report(e, R_FAULT, (void *)e->bar_pc, NULL,
-                   "deadlock: %d thread(s) wait at __syncthreads (location), %d at warp collectives, %d exited", bar, coll,
-                   e->ndone);
+            if (mb)
+                report(e, R_FAULT, NULL, NULL,
+                       "deadlock: %d thread(s) wait on an mbarrier phase that never completes (wrong parity, or "
+                       "arrivals or transaction bytes missing), %d at __syncthreads, %d at warp collectives, %d at "
+                       "warpgroup collectives, %d exited", mb, bar, coll, wgc, e->ndone);
+            else
+                report(e, R_FAULT, (void *)e->bar_pc, NULL,
+                       "deadlock: %d thread(s) wait at __syncthreads (location), %d at warp collectives, %d at warpgroup "
+                       "collectives, %d exited", bar, coll, wgc, e->ndone);
             e->abort = 1;
             return;
         }
@@ -832,6 +1219,15 @@ tj_status tj_hx_exec_create(tj_hx_exec **out, tj_error *err)
     a->cp_async_wait_group = hx_cp_wait;
     a->ldmatrix = hx_ldmatrix;
     a->mma_m16n8k16 = hx_mma;
+    a->mbarrier_init = hx_mbar_init;
+    a->mbarrier_arrive_expect_tx = hx_mbar_arrive;
+    a->mbarrier_try_wait_parity = hx_mbar_try_wait;
+    a->cp_async_bulk = hx_cp_bulk;
+    a->fence_proxy_async = hx_fence_proxy_async;
+    a->wgmma_fence = hx_wgmma_fence;
+    a->wgmma_commit_group = hx_wgmma_commit;
+    a->wgmma_wait_group = hx_wgmma_wait;
+    a->wgmma_mma_async = hx_wgmma_mma;
     a->cvt_f32_f16 = cvt_f32_f16;
     a->cvt_rn_f16_f32 = cvt_rn_f16_f32;
     a->cvt_rn_bf16_f32 = cvt_rn_bf16_f32;
@@ -852,6 +1248,10 @@ void tj_hx_exec_destroy(tj_hx_exec *e)
     free(e->threads);
     free(e->warps);
     free(e->shadow);
+    for (int i = 0; i < HX_MAX_MBAR; i++) {
+        free(e->mbar[i].bulk);
+        free(e->mbar[i].data);
+    }
     for (int i = 0; i < e->nrep; i++) free(e->rep[i].msg);
     tj_sb_free(&e->text);
     free(e);

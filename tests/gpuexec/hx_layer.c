@@ -10,8 +10,9 @@
 #include "base/rng.h"
 #include "runtime/model.h"
 
-static const char *const template_names[] = {"prelude.cu", "tiles_mma.cu", "tiles_simt.cu", "fill_ew.cu", "ew.cu"};
-#define NTEMPLATES 5
+static const char *const template_names[] = {"prelude.cu", "tiles_mma.cu", "hopper.cu", "tiles_wgmma.cu", "tiles_simt.cu", "fill_ew.cu",
+                                                    "ew.cu"};
+#define NTEMPLATES 7
 static char *template_texts[NTEMPLATES];
 
 static double now_s(void)

@@ -124,6 +124,46 @@ void tj_hx_ptx_mma_m16n8k16(const uint32_t a[32][4], const uint32_t b[32][2], fl
 
 /* Every inline PTX statement of the templates (templates/, .cu files) and of gen/emit_cuda.c's unrolled offsets,
  * whitespace collapsed, with its twin. Editing a statement means editing its twin and this line. */
+uint32_t tj_hx_ptx_wgmma_addr(uint64_t desc, int trans, int mn, int k, int *base_offset)
+{
+    uint32_t start = (uint32_t)(desc & 0x3fffu) << 4, lbo = (uint32_t)((desc >> 16) & 0x3fffu) << 4,
+             sbo = (uint32_t)((desc >> 32) & 0x3fffu) << 4;
+    int mode = (int)(desc >> 62) & 3, bits = mode == 1 ? 3 : mode == 2 ? 2 : mode == 3 ? 1 : 0, w = 1 << bits;
+    if (base_offset) *base_offset = (int)((desc >> 49) & 7u);
+    uint32_t off;
+    if (trans) {
+        uint32_t u = (uint32_t)mn / 8, e = (uint32_t)mn % 8;
+        if (mode == 0)
+            off = e * 2 + u * sbo + (uint32_t)(k % 8) * 16 + (uint32_t)(k / 8) * lbo;
+        else
+            off = e * 2 + (u % (uint32_t)w) * 16 + (u / (uint32_t)w) * lbo + (uint32_t)(k % 8) * 16u * (uint32_t)w +
+                  (uint32_t)(k / 8) * sbo;
+    } else {
+        uint32_t e = (uint32_t)k % 8, u = (uint32_t)k / 8;
+        off = e * 2 + (uint32_t)(mn % 8) * 16u * (uint32_t)w + (uint32_t)(mn / 8) * sbo + u * (mode == 0 ? lbo : 16u);
+    }
+    uint32_t addr = start + off;
+    if (bits) addr ^= ((addr >> 7) & (uint32_t)(w - 1)) << 4;
+    return addr;
+}
+
+void tj_hx_ptx_wgmma(const uint16_t a[64][16], const uint16_t (*b)[256], int n, int bf16, float cd[128][128])
+{
+    for (int t = 0; t < 128; t++) {
+        int w = t / 32, g = (t % 32) / 4, q = t % 4;
+        for (int i = 0; i < n / 2; i++) {
+            int j = i / 4, r = i % 4, row = 16 * w + g + 8 * (r / 2), col = 8 * j + 2 * q + r % 2;
+            float acc = cd[t][i];
+            for (int k = 0; k < 16; k++) {
+                float x = bf16 ? tj_hx_ptx_bf16_to_f32(a[row][k]) : tj_hx_ptx_cvt_f32_f16(a[row][k]);
+                float y = bf16 ? tj_hx_ptx_bf16_to_f32(b[k][col]) : tj_hx_ptx_cvt_f32_f16(b[k][col]);
+                acc += x * y;
+            }
+            cd[t][i] = acc;
+        }
+    }
+}
+
 const tj_hx_ptx_form tj_hx_ptx_forms[] = {
     {"asm volatile(\"cp.async.cg.shared.global [%0], [%1], 16, %2;\\n\" ::\"r\"(dst), \"l\"(src), \"r\"(bytes));",
      "tj_hx_cp_async_cg_16"},
@@ -155,6 +195,32 @@ const tj_hx_ptx_form tj_hx_ptx_forms[] = {
      "TJ_IMM2 (emitter, assignments)"},
     {"asm(\"{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }\" : \"=r\"(s) : \"l\"(p));",
      "tj_hx_cvta_to_shared"},
+    {"asm volatile(\"mbarrier.init.shared::cta.b64 [%0], %1;\\n\" ::\"r\"(bar), \"r\"(count) : \"memory\");",
+     "tj_hx_mbarrier_init"},
+    {"asm volatile(\"mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\\n\" ::\"r\"(bar), \"r\"(bytes) : \"memory\");",
+     "tj_hx_mbarrier_arrive_expect_tx"},
+    {"asm volatile(\"{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }\\n\" : \"=r\"(ok) : \"r\"(bar), \"r\"(parity) : \"memory\");",
+     "tj_hx_mbarrier_try_wait_parity"},
+    {"asm volatile(\"cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\\n\" ::\"r\"(dst), \"l\"(src), \"r\"(bytes), \"r\"(bar) : \"memory\");",
+     "tj_hx_cp_async_bulk"},
+    {"asm volatile(\"fence.proxy.async.shared::cta;\\n\" ::: \"memory\");",
+     "tj_hx_fence_proxy_async"},
+    {"asm volatile(\"wgmma.fence.sync.aligned;\\n\" ::: \"memory\");",
+     "tj_hx_wgmma_fence"},
+    {"asm volatile(\"wgmma.commit_group.sync.aligned;\\n\" ::: \"memory\");",
+     "tj_hx_wgmma_commit_group"},
+    {"asm volatile(\"wgmma.wait_group.sync.aligned %0;\\n\" ::\"n\"(N) : \"memory\");",
+     "tj_hx_wgmma_wait_group"},
+    {"asm volatile(\"\" : \"+f\"(r)::\"memory\");",
+     "tj_wg_pin (no instruction: a register constraint, nothing on the host)"},
+    {"asm volatile(\"{ .reg .pred p; setp.ne.b32 p, %34, 0;\\n\" \"wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 \" \"{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, \" \"%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, \" \"%32, %33, p, 1, 1, 1, 1; }\\n\" : \"+f\"(d[0]), \"+f\"(d[1]), \"+f\"(d[2]), \"+f\"(d[3]), \"+f\"(d[4]), \"+f\"(d[5]), \"+f\"(d[6]), \"+f\"(d[7]), \"+f\"(d[8]), \"+f\"(d[9]), \"+f\"(d[10]), \"+f\"(d[11]), \"+f\"(d[12]), \"+f\"(d[13]), \"+f\"(d[14]), \"+f\"(d[15]), \"+f\"(d[16]), \"+f\"(d[17]), \"+f\"(d[18]), \"+f\"(d[19]), \"+f\"(d[20]), \"+f\"(d[21]), \"+f\"(d[22]), \"+f\"(d[23]), \"+f\"(d[24]), \"+f\"(d[25]), \"+f\"(d[26]), \"+f\"(d[27]), \"+f\"(d[28]), \"+f\"(d[29]), \"+f\"(d[30]), \"+f\"(d[31]) : \"l\"(desc_a), \"l\"(desc_b), \"r\"(scale_d) : \"memory\");",
+     "tj_hx_wgmma_mma_async"},
+    {"asm volatile(\"{ .reg .pred p; setp.ne.b32 p, %34, 0;\\n\" \"wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 \" \"{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, \" \"%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, \" \"%32, %33, p, 1, 1, 1, 1; }\\n\" : \"+f\"(d[0]), \"+f\"(d[1]), \"+f\"(d[2]), \"+f\"(d[3]), \"+f\"(d[4]), \"+f\"(d[5]), \"+f\"(d[6]), \"+f\"(d[7]), \"+f\"(d[8]), \"+f\"(d[9]), \"+f\"(d[10]), \"+f\"(d[11]), \"+f\"(d[12]), \"+f\"(d[13]), \"+f\"(d[14]), \"+f\"(d[15]), \"+f\"(d[16]), \"+f\"(d[17]), \"+f\"(d[18]), \"+f\"(d[19]), \"+f\"(d[20]), \"+f\"(d[21]), \"+f\"(d[22]), \"+f\"(d[23]), \"+f\"(d[24]), \"+f\"(d[25]), \"+f\"(d[26]), \"+f\"(d[27]), \"+f\"(d[28]), \"+f\"(d[29]), \"+f\"(d[30]), \"+f\"(d[31]) : \"l\"(desc_a), \"l\"(desc_b), \"r\"(scale_d) : \"memory\");",
+     "tj_hx_wgmma_mma_async"},
+    {"asm volatile(\"{ .reg .pred p; setp.ne.b32 p, %66, 0;\\n\" \"wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 \" \"{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, \" \"%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, \" \"%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, \" \"%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, \" \"%64, %65, p, 1, 1, 1, 1; }\\n\" : \"+f\"(d[0]), \"+f\"(d[1]), \"+f\"(d[2]), \"+f\"(d[3]), \"+f\"(d[4]), \"+f\"(d[5]), \"+f\"(d[6]), \"+f\"(d[7]), \"+f\"(d[8]), \"+f\"(d[9]), \"+f\"(d[10]), \"+f\"(d[11]), \"+f\"(d[12]), \"+f\"(d[13]), \"+f\"(d[14]), \"+f\"(d[15]), \"+f\"(d[16]), \"+f\"(d[17]), \"+f\"(d[18]), \"+f\"(d[19]), \"+f\"(d[20]), \"+f\"(d[21]), \"+f\"(d[22]), \"+f\"(d[23]), \"+f\"(d[24]), \"+f\"(d[25]), \"+f\"(d[26]), \"+f\"(d[27]), \"+f\"(d[28]), \"+f\"(d[29]), \"+f\"(d[30]), \"+f\"(d[31]), \"+f\"(d[32]), \"+f\"(d[33]), \"+f\"(d[34]), \"+f\"(d[35]), \"+f\"(d[36]), \"+f\"(d[37]), \"+f\"(d[38]), \"+f\"(d[39]), \"+f\"(d[40]), \"+f\"(d[41]), \"+f\"(d[42]), \"+f\"(d[43]), \"+f\"(d[44]), \"+f\"(d[45]), \"+f\"(d[46]), \"+f\"(d[47]), \"+f\"(d[48]), \"+f\"(d[49]), \"+f\"(d[50]), \"+f\"(d[51]), \"+f\"(d[52]), \"+f\"(d[53]), \"+f\"(d[54]), \"+f\"(d[55]), \"+f\"(d[56]), \"+f\"(d[57]), \"+f\"(d[58]), \"+f\"(d[59]), \"+f\"(d[60]), \"+f\"(d[61]), \"+f\"(d[62]), \"+f\"(d[63]) : \"l\"(desc_a), \"l\"(desc_b), \"r\"(scale_d) : \"memory\");",
+     "tj_hx_wgmma_mma_async"},
+    {"asm volatile(\"{ .reg .pred p; setp.ne.b32 p, %66, 0;\\n\" \"wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 \" \"{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, \" \"%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, \" \"%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, \" \"%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, \" \"%64, %65, p, 1, 1, 1, 1; }\\n\" : \"+f\"(d[0]), \"+f\"(d[1]), \"+f\"(d[2]), \"+f\"(d[3]), \"+f\"(d[4]), \"+f\"(d[5]), \"+f\"(d[6]), \"+f\"(d[7]), \"+f\"(d[8]), \"+f\"(d[9]), \"+f\"(d[10]), \"+f\"(d[11]), \"+f\"(d[12]), \"+f\"(d[13]), \"+f\"(d[14]), \"+f\"(d[15]), \"+f\"(d[16]), \"+f\"(d[17]), \"+f\"(d[18]), \"+f\"(d[19]), \"+f\"(d[20]), \"+f\"(d[21]), \"+f\"(d[22]), \"+f\"(d[23]), \"+f\"(d[24]), \"+f\"(d[25]), \"+f\"(d[26]), \"+f\"(d[27]), \"+f\"(d[28]), \"+f\"(d[29]), \"+f\"(d[30]), \"+f\"(d[31]), \"+f\"(d[32]), \"+f\"(d[33]), \"+f\"(d[34]), \"+f\"(d[35]), \"+f\"(d[36]), \"+f\"(d[37]), \"+f\"(d[38]), \"+f\"(d[39]), \"+f\"(d[40]), \"+f\"(d[41]), \"+f\"(d[42]), \"+f\"(d[43]), \"+f\"(d[44]), \"+f\"(d[45]), \"+f\"(d[46]), \"+f\"(d[47]), \"+f\"(d[48]), \"+f\"(d[49]), \"+f\"(d[50]), \"+f\"(d[51]), \"+f\"(d[52]), \"+f\"(d[53]), \"+f\"(d[54]), \"+f\"(d[55]), \"+f\"(d[56]), \"+f\"(d[57]), \"+f\"(d[58]), \"+f\"(d[59]), \"+f\"(d[60]), \"+f\"(d[61]), \"+f\"(d[62]), \"+f\"(d[63]) : \"l\"(desc_a), \"l\"(desc_b), \"r\"(scale_d) : \"memory\");",
+     "tj_hx_wgmma_mma_async"},
     {NULL, NULL},
 };
 

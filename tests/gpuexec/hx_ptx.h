@@ -35,6 +35,26 @@ void tj_hx_ptx_ldmatrix(const uint16_t rows[4][8][8], int num, int trans, uint32
  * hardware's internal rounding of this sum is not specified by the ISA). */
 void tj_hx_ptx_mma_m16n8k16(const uint32_t a[32][4], const uint32_t b[32][2], float cd[32][4], int bf16);
 
+/* wgmma shared-memory matrix descriptor (PTX ISA, "Matrix Descriptor Format"): bits 0-13 start
+ * address >> 4, 16-29 leading dimension byte offset (LBO) >> 4, 32-45 stride dimension byte
+ * offset (SBO) >> 4, 49-51 base offset, 62-63 layout: 0 interleave (no swizzle), 1 128-byte,
+ * 2 64-byte, 3 32-byte swizzle. Returns the shared-memory byte address of element (mn, k) of a
+ * 16-bit operand: trans = 1 for an MN-major operand (imm-trans 1: M-major A, N-major B), 0 for
+ * K-major. Canonical layouts in 16-byte units (W = 1, 2, 4, 8 for interleave, 32, 64, 128 B):
+ *   MN-major: mn unit u = mn / 8 -> (u % W) * 16 + (u / W) * LBO, k -> (k % 8) * 16W + (k / 8) * SBO
+ *             (interleave: u -> u * SBO, k -> (k % 8) * 16 + (k / 8) * LBO)
+ *   K-major:  mn -> (mn % 8) * 16W + (mn / 8) * SBO, k unit k / 8 -> (k / 8) * 16 (interleave: LBO)
+ * then the swizzle of the absolute address: bits [4, 4 + log2 W) ^= bits [7, 7 + log2 W).
+ * *base_offset receives bits 49-51 (the executor requires 0: tiles aligned to the swizzle atom). */
+uint32_t tj_hx_ptx_wgmma_addr(uint64_t desc, int trans, int mn, int k, int *base_offset);
+
+/* wgmma.mma_async m64nNk16 with f32 accumulators for one warpgroup: d = a·b + d, a[64][16]
+ * (m, k), b[16][n] (k, n) as 16-bit bits (fp16 or bf16), cd[thread][i] for the 128 threads with
+ * the accumulator fragment of the ISA: warp w = thread / 32, g = lane / 4, q = lane % 4; register
+ * i = 4j + r holds row 16w + g + 8 (r / 2), column 8j + 2q + r % 2. Products exact in fp32,
+ * summed in k order onto d (each add rounded). n: a multiple of 8 up to 256. */
+void tj_hx_ptx_wgmma(const uint16_t a[64][16], const uint16_t (*b)[256], int n, int bf16, float cd[128][128]);
+
 /* The inline PTX the templates and the emitter may contain, each statement exactly as written
  * there (whitespace collapsed), with its host twin: tests check that every asm statement of every
  * emitted source is one of these, so a PTX edit without its twin fails. NULL-terminated. */

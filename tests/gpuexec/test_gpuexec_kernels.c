@@ -55,8 +55,10 @@ static const char *const layout_names[] = {"fm", "rm", "rm_fm", "fm_rm"};
 int main(int argc, char **argv)
 {
     int shard = 0, nshards = 1, limit = -1;
+    const char *only = NULL; /* --only TEXT: the configs whose JSON contains TEXT (by hand) */
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--shard") == 0 && i + 1 < argc) sscanf(argv[++i], "%d/%d", &shard, &nshards);
+        else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
         else if (strcmp(argv[i], "--limit") == 0 && i + 1 < argc) limit = atoi(argv[++i]);
     }
     const char *cxx = getenv("TJ_HX_CXX");
@@ -80,27 +82,32 @@ int main(int argc, char **argv)
     /* dtype, out and layout: the configs of each (template, offsets) class take the 24
      * combinations in turn, so that the whole space covers every combination (and each shard
      * knows the assignment without running the others' configs) */
-    int cover[2][2][2][3][4]; /* template, offsets, dtype, out, layout */
+    int cover[3][2][2][3][4]; /* template (simt, mma, wgmma), offsets, dtype, out, layout */
     memset(cover, 0, sizeof cover);
     int *combo = calloc((size_t)(space.count ? space.count : 1), sizeof *combo);
-    int turn[2][2] = {{0, 0}, {0, 0}};
+    int turn[3][2] = {{0, 0}, {0, 0}, {0, 0}};
     for (int64_t i = 0; combo && i < space.count; i++) {
-        int mma = strstr(space.json[i], "\"mma\"") != NULL, unrolled = strstr(space.json[i], "\"unrolled\"") != NULL;
-        combo[i] = (turn[mma][unrolled]++ * 7) % 24; /* 7 is prime to 24: neighbours differ in all three */
-        cover[mma][unrolled][combo[i] % 2][combo[i] / 2 % 3][combo[i] / 6]++;
+        int tm = strstr(space.json[i], "\"wgmma\"") ? 2 : strstr(space.json[i], "\"mma\"") != NULL;
+        int unrolled = strstr(space.json[i], "\"unrolled\"") != NULL;
+        /* wgmma gathers feature-major x only: layouts fm and fm_rm (12 combinations) */
+        combo[i] = tm == 2 ? (turn[tm][unrolled]++ * 5) % 12 : (turn[tm][unrolled]++ * 7) % 24; /* prime to 24, 12 */
+        if (tm == 2 && combo[i] >= 6) combo[i] += 12; /* layout index 3: fm_rm */
+        cover[tm][unrolled][combo[i] % 2][combo[i] / 2 % 3][combo[i] / 6]++;
     }
     int missing = 0;
-    for (int a = 0; a < 2; a++)
+    for (int a = 0; a < 3; a++)
         for (int b = 0; b < 2; b++)
             for (int d = 0; d < 2; d++)
                 for (int o = 0; o < 3; o++)
-                    for (int y = 0; y < 4; y++) missing += turn[a][b] > 0 && cover[a][b][d][o][y] == 0;
+                    for (int y = 0; y < 4; y++)
+                        missing += turn[a][b] > 0 && (a < 2 || y == 0 || y == 3) && cover[a][b][d][o][y] == 0;
     /* (the CUDA space has no unrolled offsets: autotune/space.c says why) */
     CHECKF(combo && missing == 0, "%d template/offsets/dtype/out/layout combinations of the space not in the sweep", missing);
     int configs = 0, runs = 0, compiled = 0, persistent_runs = 0;
     double compile_s = 0, run_s = 0;
     int64_t collectives = 0, barriers = 0, accesses = 0;
     for (int64_t i = shard; combo && i < space.count && (limit < 0 || configs < limit); i += nshards) {
+        if (only && !strstr(space.json[i], only)) continue;
         uint64_t h = mix((uint64_t)i * 7919u + 17u);
         tj_cuda_config c;
         memset(&c, 0, sizeof c);

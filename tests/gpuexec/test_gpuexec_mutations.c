@@ -58,6 +58,16 @@ static const test_case cases[] = {
     {"{\"template\":\"simt\",\"bm\":32,\"bn\":32,\"bk\":16,\"warps\":4,\"layout\":\"fm\"}",
      {.n = 150, .k = 90, .g = 32, .sparsity = 0.5, .mode = 2, .seed = 16, .act = TJ_ACT_NONE},
      {.m = 37, .seed = 10, .bias = 1, .ldx_pad = 0, .ldy_pad = 1, .grid = 2}},
+    /* 6: wgmma, two 64-token groups (LBO used), 3 stages over 5+ chunks (phases wrap), tw2 + ew + relu,
+     * fp16 out; M = 150: a ragged second block */
+    {"{\"template\":\"wgmma\",\"bm\":128,\"bn\":64,\"bk\":16,\"warps\":4,\"stages\":3,\"out\":\"f16\",\"layout\":\"fm\"}",
+     {.n = 140, .k = 200, .g = 64, .sparsity = 0.6, .mode = 2, .seed = 21, .ew_fraction = 0.02, .act = TJ_ACT_RELU},
+     {.m = 150, .seed = 9, .bias = 1, .ldx_pad = 0, .ldy_pad = 1}},
+    /* 7: wgmma, bf16, tile width 96 (a 32-feature item: weight pieces past the tile are zero stores),
+     * fp32 row-major out, gelu */
+    {"{\"template\":\"wgmma\",\"bm\":64,\"bn\":64,\"bk\":32,\"warps\":4,\"stages\":2,\"dtype\":\"bf16\",\"layout\":\"fm_rm\"}",
+     {.n = 190, .k = 150, .g = 96, .sparsity = 0.5, .mode = 1, .seed = 22, .act = TJ_ACT_GELU},
+     {.m = 70, .seed = 10, .bias = 1, .ldx_pad = 0, .ldy_pad = 1}},
 };
 #define NCASES ((int)(sizeof cases / sizeof *cases))
 
@@ -107,11 +117,33 @@ static const mutation mutations[] = {
      "for (unsigned w = blockIdx.x; w < nwork; w += gridDim.x) {", "for (unsigned w = 0; w < nwork; w += gridDim.x) {", 5},
     {"fill kernel: token bound dropped", "fill_ew.cu", "if (i >= a.n_fill || m >= a.m) return;",
      "if (i >= a.n_fill) return;", 0},
+    /* the wgmma path (sm_90a) */
+    {"wgmma: descriptor swizzle mode 64-byte instead of 128-byte", "hopper.cu", "#define TJ_WG_SWIZZLE 1 /* 128-byte swizzle */",
+     "#define TJ_WG_SWIZZLE 2 /* 128-byte swizzle */", 6},
+    {"wgmma: tiles stored unswizzled", "tiles_wgmma.cu", "return (unsigned)(line * TJ_WG_LINE + ((seg ^ (line & 7)) << 4));",
+     "return (unsigned)(line * TJ_WG_LINE + (seg << 4));", 7},
+    {"wgmma: fence.proxy.async missing before the generic-proxy bytes are read", "tiles_wgmma.cu",
+     "        tj_fence_proxy_async();      /* ... and", "        /* ... and", 6},
+    {"wgmma: descriptor stride byte offset (SBO) wrong", "tiles_wgmma.cu", "#define TJ_WG_SBO 1024", "#define TJ_WG_SBO 2048", 7},
+    {"wgmma: descriptor leading byte offset (LBO) wrong", "tiles_wgmma.cu", "#define TJ_WG_LBO (TJ_BK * TJ_WG_LINE) ",
+     "#define TJ_WG_LBO (TJ_BK * TJ_WG_LINE / 2) ", 6},
+    {"wgmma: mbarrier phase bit flipped", "tiles_wgmma.cu", "(unsigned)(c / TJ_STAGES) & 1u);",
+     "(unsigned)(c / TJ_STAGES + 1) & 1u);", 6},
+    {"wgmma: wgmma.wait_group removed", "tiles_wgmma.cu", "        tj_wg_wait<0>();\n", "", 7},
+    {"wgmma: wait_group 1 (a group left in flight) while the next refill targets its stage", "tiles_wgmma.cu",
+     "        tj_wg_wait<0>();\n", "        tj_wg_wait<1>();\n", 6},
+    {"wgmma: expect_tx counts whole rows (bytes never arrive)", "tiles_wgmma.cu", "(unsigned)(rows * wsegs * 16)",
+     "(unsigned)(rows * 8 * 16)", 7},
+    {"wgmma: mbarrier.init not fenced for the async proxy", "tiles_wgmma.cu",
+     "        tj_fence_proxy_async(); /* the initialised barriers", "        /* the initialised barriers", 6},
+    {"wgmma: zero stores past the tile dropped", "tiles_wgmma.cu",
+     "            *(uint4 *)(gp + (dst - s0)) = make_uint4(0u, 0u, 0u, 0u);", "            (void)gp;", 7},
 };
 #define NMUT ((int)(sizeof mutations / sizeof *mutations))
 
-static const char *const files[] = {"prelude.cu", "tiles_mma.cu", "tiles_simt.cu", "fill_ew.cu", "ew.cu"};
-#define NFILES 5
+static const char *const files[] = {"prelude.cu", "tiles_mma.cu", "hopper.cu", "tiles_wgmma.cu", "tiles_simt.cu",
+                                    "fill_ew.cu", "ew.cu"};
+#define NFILES 7
 
 static char *originals[NFILES];
 

@@ -130,6 +130,89 @@ static void test_fragments(void)
     }
 }
 
+
+/* Byte offset of element (mn, k) of a 16-bit MN-major operand in the 128-byte-swizzled layout,
+ * stated as the ISA's figure draws it (not as hx_ptx.c computes it): the k-th 128-byte line of
+ * the 64-element group mn / 64 (groups lbo bytes apart) holds elements mn % 64 as eight 16-byte
+ * pieces, and piece j of line L sits in slot j ^ (L % 8) of that line. Tile 1024-byte aligned. */
+static uint32_t sw128_mn(int mn, int k, uint32_t lbo)
+{
+    uint32_t line = (uint32_t)(mn / 64) * (lbo / 128) + (uint32_t)k, piece = (uint32_t)(mn % 64) / 8;
+    return line * 128 + ((piece ^ (line % 8)) * 16) + (uint32_t)(mn % 8) * 2;
+}
+
+static uint64_t desc_of(uint32_t addr, uint32_t lbo, uint32_t sbo, int mode)
+{
+    return (uint64_t)(addr >> 4) | (uint64_t)(lbo >> 4) << 16 | (uint64_t)(sbo >> 4) << 32 | (uint64_t)mode << 62;
+}
+
+static void test_wgmma(void)
+{
+    /* K-major, 128-byte swizzle: row mn is a 128-byte line (8 rows per 1024-byte atom, SBO
+     * between atoms), k's 16-byte piece swizzled by the line: (mn 1, k 0) -> 128 + 16. */
+    CHECK(tj_hx_ptx_wgmma_addr(desc_of(0, 16, 1024, 1), 0, 1, 0, NULL) == 144);
+    CHECK(tj_hx_ptx_wgmma_addr(desc_of(0, 16, 1024, 1), 0, 9, 8, NULL) == 1024 + 128 + (1 ^ 1) * 16);
+    /* no swizzle (interleave), MN-major: 8 x 16-byte core matrices, (mn 8) at SBO, (k 8) at LBO */
+    CHECK(tj_hx_ptx_wgmma_addr(desc_of(2048, 256, 512, 0), 1, 9, 9, NULL) == 2048 + 2 + 512 + 16 + 256);
+    tj_rng r = {15};
+    static uint8_t smem[65536];
+    for (int bf = 0; bf < 2; bf++)
+        for (int n = 64; n <= 128; n += 64) {
+            /* A: 64 x 16 (M-major) at 1024, B: 16 x n (N-major) at 8192; lbo = 16 lines per group */
+            const uint32_t abase = 1024, bbase = 8192, lbo = 16 * 128;
+            uint16_t A[64][16], B[16][256];
+            memset(smem, 0xff, sizeof smem);
+            for (int m = 0; m < 64; m++)
+                for (int k = 0; k < 16; k++) {
+                    float v = tj_rng_uniform(&r) * 2 - 1;
+                    A[m][k] = bf ? tj_f32_to_bf16(v) : tj_f32_to_f16(v);
+                    memcpy(smem + abase + sw128_mn(m, k, lbo), &A[m][k], 2);
+                }
+            for (int k = 0; k < 16; k++)
+                for (int j = 0; j < n; j++) {
+                    float v = tj_rng_uniform(&r) * 2 - 1;
+                    B[k][j] = bf ? tj_f32_to_bf16(v) : tj_f32_to_f16(v);
+                    memcpy(smem + bbase + sw128_mn(j, k, lbo), &B[k][j], 2);
+                }
+            static float C[64][128], cd[128][128];
+            for (int m = 0; m < 64; m++)
+                for (int j = 0; j < n; j++) C[m][j] = tj_rng_uniform(&r);
+            for (int t = 0; t < 128; t++) /* the accumulator fragment, from the ISA's figure */
+                for (int i = 0; i < n / 2; i++)
+                    cd[t][i] = C[16 * (t / 32) + (t % 32) / 4 + 8 * (i % 4 / 2)][8 * (i / 4) + 2 * (t % 4) + i % 2];
+            /* gather through the descriptors, as the executor does at a wgmma */
+            for (int mode = 1; mode >= 0; mode--) {
+                uint64_t da = desc_of(abase, lbo, 1024, mode), db = desc_of(bbase, lbo, 1024, mode);
+                uint16_t ga[64][16], gb[16][256];
+                for (int m = 0; m < 64; m++)
+                    for (int k = 0; k < 16; k++) memcpy(&ga[m][k], smem + tj_hx_ptx_wgmma_addr(da, 1, m, k, NULL), 2);
+                for (int k = 0; k < 16; k++)
+                    for (int j = 0; j < n; j++) memcpy(&gb[k][j], smem + tj_hx_ptx_wgmma_addr(db, 1, j, k, NULL), 2);
+                static float got[128][128];
+                memcpy(got, cd, sizeof got);
+                tj_hx_ptx_wgmma(ga, (const uint16_t (*)[256])gb, n, bf, got);
+                double err = 0;
+                for (int t = 0; t < 128; t++)
+                    for (int i = 0; i < n / 2; i++) {
+                        int m = 16 * (t / 32) + (t % 32) / 4 + 8 * (i % 4 / 2), j = 8 * (i / 4) + 2 * (t % 4) + i % 2;
+                        double want = C[m][j];
+                        for (int k = 0; k < 16; k++) {
+                            double a = bf ? tj_bf16_to_f32(A[m][k]) : tj_f16_to_f32(A[m][k]);
+                            double b = bf ? tj_bf16_to_f32(B[k][j]) : tj_f16_to_f32(B[k][j]);
+                            want += a * b;
+                        }
+                        double d = fabs(got[t][i] - want);
+                        err = d > err || isnan(d) ? (isnan(d) ? INFINITY : d) : err;
+                    }
+                if (mode == 1)
+                    CHECKF(err < 1e-4, "wgmma m64n%dk16 %s, 128-byte swizzle: max error %g against the plain GEMM", n,
+                           bf ? "bf16" : "f16", err);
+                else /* the same bytes read without the swizzle must come out wrong */
+                    CHECKF(err > 1e-2, "wgmma m64n%dk16 read with the wrong swizzle still matched (error %g)", n, err);
+            }
+        }
+}
+
 /* ---- hand-written kernels ---- */
 
 typedef struct kparams {
@@ -255,12 +338,57 @@ static void test_detectors(tj_hx_exec *e)
     expect(e, "mma.sync with a warp at __syncthreads", "    unsigned a[4] = {0, 0, 0, 0}, b[2] = {0, 0};\n"
            "    float d[4] = {0, 0, 0, 0};\n    if (t == 3) __syncthreads();\n"
            "    else tj_hx_mma_m16n8k16_f32_f16(d, a, b);\n    p.y[t] = d[0];\n", 32, 0, "deadlock", 0);
+    /* Hopper: mbarrier phases and bulk copies (bytes land when the phase completes) */
+    const char *mb_head = "    const unsigned s = tj_hx_cvta_to_shared(smem);\n"
+                          "    if (t == 0) { tj_hx_mbarrier_init(s, %d); tj_hx_fence_proxy_async(); }\n    __syncthreads();\n" /* 6-8 */
+                          "    if (t == 0) tj_hx_mbarrier_arrive_expect_tx(s, 64);\n"
+                          "    if (t < 4) tj_hx_cp_async_bulk(s + 1024 + 16 * t, p.x + 4 * t, 16, s);\n"; /* 9-10 */
+    char body[1024];
+    snprintf(body, sizeof body, mb_head, 1);
+    strcat(body, "    while (!tj_hx_mbarrier_try_wait_parity(s, 0)) {\n    }\n    p.y[t] = ((float *)(smem + 1024))[t % 16];\n");
+    expect(e, "bulk copy, mbarrier wait, read", body, 32, 2048, NULL, 0);
+    snprintf(body, sizeof body, mb_head, 1);
+    strcat(body, "    __syncthreads();\n    p.y[t] = ((float *)(smem + 1024))[t % 16];\n");
+    expect(e, "bulk-copy data read with no mbarrier wait", body, 32, 2048, "which this thread has not waited for", 12);
+    snprintf(body, sizeof body, mb_head, 1);
+    strcat(body, "    while (!tj_hx_mbarrier_try_wait_parity(s, 1)) {\n    }\n    p.y[t] = ((float *)(smem + 1024))[t % 16];\n");
+    expect(e, "mbarrier wait on the wrong parity passes early", body, 32, 2048, "is in flight", 13);
+    snprintf(body, sizeof body, mb_head, 2);
+    strcat(body, "    while (!tj_hx_mbarrier_try_wait_parity(s, 0)) {\n    }\n    p.y[t] = ((float *)(smem + 1024))[t % 16];\n");
+    expect(e, "mbarrier expecting two arrivals gets one", body, 32, 2048, "phase that never completes", 0);
+    snprintf(body, sizeof body, mb_head, 1);
+    char *fence = strstr(body, " tj_hx_fence_proxy_async();");
+    if (fence) memmove(fence, fence + 27, strlen(fence + 27) + 1);
+    strcat(body, "    while (!tj_hx_mbarrier_try_wait_parity(s, 0)) {\n    }\n    p.y[t] = ((float *)(smem + 1024))[t % 16];\n");
+    expect(e, "bulk copy on an mbarrier whose init was not fenced", body, 32, 2048, "no fence.proxy.async made visible", 10);
+    /* wgmma: a warpgroup collective reading shared memory through descriptors (A at 0, B at 4096,
+     * M-/N-major, 128-byte swizzle, LBO 2048, SBO 1024) */
+    const char *wg = "    const unsigned s = tj_hx_cvta_to_shared(smem);\n"
+                     "    for (int i = t; i < 4096; i += 128) ((unsigned short *)smem)[i] = 0x3c00;\n"
+                     "    %s\n    __syncthreads();\n    float d[32];\n" /* lines 6-10 */
+                     "    for (int i = 0; i < 32; i++) d[i] = 0;\n    %s\n" /* 11-12 */
+                     "    tj_hx_wgmma_mma_async(d, 64, 0x4000004000800000ull | (s >> 4), 0x4000004000800000ull | ((s + 4096) >> 4), 1, 0, 1, 1);\n"
+                     "    tj_hx_wgmma_commit_group();\n    %s\n    if (t < 64) p.y[t] = d[0];\n"; /* 13-16 */
+    snprintf(body, sizeof body, wg, "tj_hx_fence_proxy_async();", "tj_hx_wgmma_fence();", "tj_hx_wgmma_wait_group(0);");
+    expect(e, "wgmma after fence.proxy.async, waited", body, 128, 16384, NULL, 0);
+    snprintf(body, sizeof body, wg, "", "tj_hx_wgmma_fence();", "tj_hx_wgmma_wait_group(0);");
+    expect(e, "wgmma reading generic stores with no fence.proxy.async", body, 128, 16384, "written through the generic proxy", 13);
+    snprintf(body, sizeof body, wg, "tj_hx_fence_proxy_async();", "tj_hx_wgmma_fence();", "");
+    expect(e, "wgmma results never waited for", body, 128, 16384, "no wgmma.wait_group landed", 0);
+    snprintf(body, sizeof body, wg, "tj_hx_fence_proxy_async();", "tj_hx_wgmma_fence();",
+             "if (t == 0) smem[4096] = 0;\n    tj_hx_wgmma_wait_group(0);");
+    expect(e, "operand overwritten while its wgmma is in flight", body, 128, 16384, "may still be reading", 15);
+    snprintf(body, sizeof body, wg, "tj_hx_fence_proxy_async();", "", "tj_hx_wgmma_wait_group(0);");
+    expect(e, "wgmma.mma_async without wgmma.fence", body, 128, 16384, "without a wgmma.fence", 13);
+    snprintf(body, sizeof body, wg, "tj_hx_fence_proxy_async();", "if (t != 5) tj_hx_wgmma_fence();", "tj_hx_wgmma_wait_group(0);");
+    expect(e, "a thread of the warpgroup skips wgmma.fence", body, 128, 16384, "warpgroup divergence", 0);
 }
 
 int main(void)
 {
     test_conversions();
     test_fragments();
+    test_wgmma();
     const char *cxx = getenv("TJ_HX_CXX");
     if (cxx && *cxx) {
         tj_error err = {0};
