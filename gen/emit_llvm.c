@@ -163,8 +163,10 @@ tj_status tj_cpu_config_check(const tj_cpu_config *c, tj_error *err)
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: unroll %d is outside [1, 64]", c->unroll);
     if (c->order < -1 || c->order > 1)
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: order %d is not -1 (auto), 0 or 1", c->order);
-    if (c->pack != 0 && c->pack != 1)
-        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: pack %d is not 0 or 1", c->pack);
+    if (c->pack < 0 || c->pack > 2)
+        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: pack %d is not 0, 1 or 2", c->pack);
+    if (c->pack == 2 && c->dot == TJ_CPU_DOT_DPBF16)
+        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: dot dpbf16 reads X as row pairs (pack 0 or 1, not the pack 2 panels)");
     if (c->pack && c->offsets == TJ_CPU_OFFSETS_UNROLLED)
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: pack needs \"offsets\": \"table\" (packed rows need no offsets)");
     if (c->kc < 0 || c->kc > 1 << 24)
@@ -239,7 +241,7 @@ tj_status tj_cpu_config_from_json(const char *json, tj_cpu_config *out, tj_error
     if ((s = json_int(o, "mb", 0, 1 << 20, &out->mb, err))) goto done;
     if ((s = json_int(o, "vec", 0, 16, &out->vec, err))) goto done;
     if ((s = json_int(o, "kc", 0, 1 << 24, &out->kc, err))) goto done;
-    if ((s = json_int(o, "pack", 0, 1, &out->pack, err))) goto done;
+    if ((s = json_int(o, "pack", 0, 2, &out->pack, err))) goto done;
     if ((s = json_int(o, "order", -1, 1, &out->order, err))) goto done;
     if ((s = json_int(o, "serial", -1, 1 << 30, &out->serial, err))) goto done;
     v = json_object_get(o, "weights");
@@ -290,20 +292,35 @@ char *tj_cpu_config_to_json(const tj_cpu_config *c)
     return strdup(buf);
 }
 
-void tj_cpu_pack_pairs(const tj_plan *p, const void *w, tj_dtype wdt, uint16_t *dst)
+void tj_cpu_pack_weights(const tj_plan *p, const tj_cpu_config *cfg, const void *w, tj_dtype wdt, void *dst)
 {
     const tj_layer *l = p->layer;
-    memset(dst, 0, (size_t)p->packed_elems * sizeof *dst);
+    int bf = cfg->weights == TJ_CPU_WEIGHTS_BF16, pairs = cfg->dot == TJ_CPU_DOT_DPBF16;
+    int64_t nrb = cfg->nr;
+    memset(dst, 0, (size_t)p->packed_elems * (bf ? 2 : 4));
     for (int64_t t = 0; t < l->ntiles; t++) {
         const int32_t *rows = l->tile_rows + l->tile_ptr[t];
         int64_t nr = tj_tile_nrows(l, t), width = tj_tile_width(l, t), ld = p->ld[t];
-        uint16_t *d = dst + p->off[t];
-        for (int64_t c = 0; c < width; c++) {
-            int64_t base = tj_layer_col(l, t * l->g + c) * l->k;
-            for (int64_t r = 0; r < nr; r++) {
-                uint16_t v = wdt == TJ_BF16 ? tj_load_u16(w, base + rows[r]) : tj_f32_to_bf16(tj_load_f32(w, wdt, base + rows[r]));
-                if (r == nr - 1 && nr % 2) d[r * ld + c] = v;
-                else d[r / 2 * 2 * ld + 2 * c + (r & 1)] = v;
+        /* 16 columns at a time: each packed row segment is one cache line written whole, and
+         * the 16 weight rows it reads from stay in cache as r advances (a plain column loop
+         * wrote one float per cache line, the transposition's worst case) */
+        for (int64_t c0 = 0; c0 < width; c0 += 16) {
+            int64_t cw = width - c0 < 16 ? width - c0 : 16, base[16];
+            for (int64_t c = 0; c < cw; c++) base[c] = tj_layer_col(l, t * l->g + c0 + c) * l->k;
+            for (int64_t c = 0; c < cw; c++) {
+                /* column block of feature cc: its start, its (padded) width */
+                int64_t cc = c0 + c, b0 = cc / nrb * nrb, bw = ld - b0 < nrb ? ld - b0 : nrb, cb = cc - b0;
+                int64_t blk = p->off[t] + b0 * nr;
+                for (int64_t r = 0; r < nr; r++) {
+                    int64_t i = base[c] + rows[r];
+                    int64_t at = !pairs || (r == nr - 1 && nr % 2) ? blk + r * bw + cb : blk + r / 2 * 2 * bw + 2 * cb + (r & 1);
+                    if (!bf) {
+                        if (wdt == TJ_F32) memcpy((float *)dst + at, (const char *)w + 4 * i, 4);
+                        else ((float *)dst)[at] = tj_load_f32(w, wdt, i);
+                    } else {
+                        ((uint16_t *)dst)[at] = wdt == TJ_BF16 ? tj_load_u16(w, i) : tj_f32_to_bf16(tj_load_f32(w, wdt, i));
+                    }
+                }
             }
         }
     }
@@ -330,6 +347,7 @@ typedef struct em {
     LLVMValueRef g_offs, g_cols, g_tab[6];
     LLVMValueRef xs;            /* packed micro-kernels: the x token stride parameter */
     int packed;                 /* emitting a packed micro-kernel (offsets are r itself) */
+    int packed_item;            /* X staging of the item: 0 none, 1 token rows, 2 mr-token panels */
     int xbf, ybf, dp;           /* x bf16, y bf16, vdpbf16ps inner product */
     LLVMTypeRef xty, yty, xpty; /* element types of x, y and the staged X (f32 or i16) */
     char *cpu, *features;
@@ -561,12 +579,29 @@ static void emit_epilogue(em *e, int mr, int nv, LLVMValueRef fn, LLVMValueRef *
         mask[j] = LLVMBuildICmp(e->b, LLVMIntSLT, iota, lv, "");
         colidx[j] = e->l->cols ? load(e, e->vi32, gep(e, e->i32, cols, ci64(e, j * e->V)), 4) : NULL;
     }
+    LLVMValueRef vals[TJ_CPU_MAX_MR * 16];
+    for (int i = 0; i < mr * nv; i++) {
+        LLVMValueRef v = LLVMBuildFAdd(e->b, acc[i], bias[i % nv], "");
+        if (e->fused_act) v = emit_act(e, e->vf, v);
+        vals[i] = e->ybf ? bf16_round(e, v) : v;
+    }
+    if (!e->l->cols) {
+        /* whole blocks (all but a tile's last one) take plain stores: AVX2's masked stores
+         * (vmaskmovps) cost several times a store on Zen */
+        LLVMBasicBlockRef full = LLVMAppendBasicBlockInContext(e->c, fn, "store.full");
+        LLVMBasicBlockRef part = LLVMAppendBasicBlockInContext(e->c, fn, "store.masked");
+        LLVMBuildCondBr(e->b, LLVMBuildICmp(e->b, LLVMIntSGE, valid, ci32(e, nv * e->V), ""), full, part);
+        LLVMPositionBuilderAtEnd(e->b, full);
+        for (int i = 0; i < mr; i++)
+            for (int j = 0; j < nv; j++)
+                store(e, vals[i * nv + j], gep(e, e->yty, y, ci64(e, i * e->l->n + j * e->V)), yal);
+        LLVMBuildRetVoid(e->b);
+        LLVMPositionBuilderAtEnd(e->b, part);
+    }
     for (int i = 0; i < mr; i++) {
         LLVMValueRef yrow = gep(e, e->yty, y, ci64(e, i * e->l->n));
         for (int j = 0; j < nv; j++) {
-            LLVMValueRef v = LLVMBuildFAdd(e->b, acc[i * nv + j], bias[j], "");
-            if (e->fused_act) v = emit_act(e, e->vf, v);
-            if (e->ybf) v = bf16_round(e, v);
+            LLVMValueRef v = vals[i * nv + j];
             if (!e->l->cols) {
                 LLVMValueRef a[4] = {v, gep(e, e->yty, yrow, ci64(e, j * e->V)), ci32(e, yal), mask[j]};
                 call(e, st_ty, mstore, a, 4);
@@ -594,7 +629,9 @@ static LLVMValueRef emit_mk_table(em *e, int mr, int nv)
     snprintf(name, sizeof name, "%s.mk%s_%d_%d", e->prefix, e->packed ? "p" : "", mr, nv);
     LLVMValueRef fn = new_fn(e, name, e->mk_ty, 1);
     LLVMValueRef x = LLVMGetParam(fn, MK_X), w = LLVMGetParam(fn, MK_W), offs = LLVMGetParam(fn, MK_OFFS);
-    e->xs = e->packed ? LLVMGetParam(fn, MK_XS) : NULL;
+    /* packed X: token stride MK_XS (pack 1), or mr-token panels (pack 2): x[r·mr + i] */
+    e->xs = e->packed == 2 ? ci64(e, 1) : e->packed ? LLVMGetParam(fn, MK_XS) : NULL;
+    LLVMValueRef rs = ci64(e, e->packed == 2 ? e->cfg->mr : 1);
     LLVMValueRef nrows = LLVMGetParam(fn, MK_NROWS), ld = LLVMGetParam(fn, MK_LD);
     int na = mr * nv, U = e->cfg->unroll;
     int sets = 8 / na < 1 ? 1 : 8 / na;
@@ -627,7 +664,7 @@ static LLVMValueRef emit_mk_table(em *e, int mr, int nv)
     for (int a = 0; a < nt; a++) acc[a] = phis[a] = LLVMBuildPhi(e->b, e->vf, "");
     for (int u = 0; u < U; u++) {
         LLVMValueRef ru = u ? LLVMBuildAdd(e->b, r, ci64(e, u), "") : r;
-        LLVMValueRef off = e->packed ? ru : LLVMBuildSExt(e->b, load(e, e->i32, gep(e, e->i32, offs, ru), 4), e->i64, "");
+        LLVMValueRef off = e->packed ? LLVMBuildMul(e->b, ru, rs, "") : LLVMBuildSExt(e->b, load(e, e->i32, gep(e, e->i32, offs, ru), 4), e->i64, "");
         LLVMValueRef wrow = gep(e, e->wty, w, LLVMBuildMul(e->b, ru, ld, ""));
         emit_row(e, mr, nv, x, wrow, off, acc + (u % sets) * na);
     }
@@ -666,7 +703,7 @@ static LLVMValueRef emit_mk_table(em *e, int mr, int nv)
     LLVMValueRef r1 = LLVMBuildPhi(e->b, e->i64, "r1");
     for (int a = 0; a < na; a++) acc[a] = rphis[a] = LLVMBuildPhi(e->b, e->vf, "");
     {
-        LLVMValueRef off = e->packed ? r1 : LLVMBuildSExt(e->b, load(e, e->i32, gep(e, e->i32, offs, r1), 4), e->i64, "");
+        LLVMValueRef off = e->packed ? LLVMBuildMul(e->b, r1, rs, "") : LLVMBuildSExt(e->b, load(e, e->i32, gep(e, e->i32, offs, r1), 4), e->i64, "");
         emit_row(e, mr, nv, x, gep(e, e->wty, w, LLVMBuildMul(e->b, r1, ld, "")), off, acc);
     }
     LLVMValueRef r1n = LLVMBuildAdd(e->b, r1, ci64(e, 1), "");
@@ -735,7 +772,8 @@ static LLVMValueRef emit_mk_dp(em *e, int mr, int nv)
     for (int a = 0; a < na; a++)
         init[a] = LLVMBuildSelect(e->b, first, LLVMConstNull(e->vf), load(e, e->vf, gep(e, e->f32, scr, ci64(e, a * e->V)), 4), "");
     LLVMValueRef npairs = LLVMBuildLShr(e->b, nrows, ci64(e, 1), "npairs");
-    LLVMValueRef wpair = gep(e, e->i16, w, c0);
+    LLVMValueRef wpair = w;
+    (void)c0;
     LLVMBuildCondBr(e->b, LLVMBuildICmp(e->b, LLVMIntSGT, npairs, ci64(e, 0), ""), body, th);
 
     LLVMPositionBuilderAtEnd(e->b, body);
@@ -826,7 +864,7 @@ static LLVMValueRef emit_mk_unrolled(em *e, int64_t t)
     LLVMValueRef acc[TJ_CPU_MAX_MR * 16];
     zero_acc(e, na, acc);
     const int32_t *rows = e->l->tile_rows + e->l->tile_ptr[t];
-    int64_t nr = tj_tile_nrows(e->l, t), ld = e->p->ld[t];
+    int64_t nr = tj_tile_nrows(e->l, t), ld = e->cfg->nr; /* full blocks only: row stride nr */
     for (int64_t r = 0; r < nr; r++) {
         if (r && r % e->cfg->unroll == 0) { /* chunk boundary: a new block keeps blocks small */
             LLVMBasicBlockRef nb = LLVMAppendBasicBlockInContext(e->c, fn, "chunk");
@@ -957,7 +995,7 @@ static tj_status emit_item(em *e, tj_cpu_emit_info *info, tj_error *err)
         for (int b = 1; b <= nv; b++) {
             if (!need_nv[b]) { mk[(a - 1) * nv + (b - 1)] = LLVMConstNull(e->ptr); continue; }
             if (!variant[v][b]) {
-                e->packed = e->cfg->pack || e->xbf;
+                e->packed = e->cfg->pack ? e->cfg->pack : e->xbf;
                 variant[v][b] = e->dp ? emit_mk_dp(e, v, b) : emit_mk_table(e, v, b);
                 e->packed = 0;
             }
@@ -1010,7 +1048,27 @@ static tj_status emit_item(em *e, tj_cpu_emit_info *info, tj_error *err)
     LLVMValueRef offs = gep(e, e->i32, e->g_offs, tv[T_ROWBEG]);
     LLVMValueRef nrv = ci64(e, (int64_t)nv * V);
     LLVMValueRef rp = NULL;
-    if (xp) {
+    if (xp && e->packed_item == 2) {
+        /* pack 2: mr-token panels, xp[p][r][i] = x[m0 + p·mr + i][rows_t[r]] (BLIS's packed A):
+         * a register block's broadcasts then read one contiguous, sequential stream */
+        rp = tv[T_NROWS];
+        LLVMValueRef mrc = ci64(e, e->cfg->mr);
+        loop pi;
+        loop_begin(e, fn, &pi, m0, m1, ci64(e, 1));
+        LLVMValueRef t = LLVMBuildSub(e->b, pi.iv, m0, "");
+        LLVMValueRef pofs = LLVMBuildAdd(e->b, LLVMBuildMul(e->b, LLVMBuildSDiv(e->b, t, mrc, ""), LLVMBuildMul(e->b, mrc, rp, ""), ""),
+                                         LLVMBuildSRem(e->b, t, mrc, ""), "");
+        LLVMValueRef xrow = gep(e, e->xty, x, LLVMBuildMul(e->b, pi.iv, ci64(e, l->k), ""));
+        LLVMValueRef dst = gep(e, e->xpty, xp, pofs);
+        loop pr;
+        loop_begin(e, fn, &pr, ci64(e, 0), rp, ci64(e, 1));
+        LLVMValueRef idx = LLVMBuildSExt(e->b, load(e, e->i32, gep(e, e->i32, offs, pr.iv), 4), e->i64, "");
+        LLVMValueRef v = load(e, e->xty, gep(e, e->xty, xrow, idx), e->xbf ? 2 : 4);
+        if (e->xbf) v = bf16_widen(e, v);
+        store(e, v, gep(e, e->f32, dst, LLVMBuildMul(e->b, pr.iv, mrc, "")), 4);
+        loop_end(e, &pr);
+        loop_end(e, &pi);
+    } else if (xp) {
         /* pack: xp[i][r] = x[m0 + i][rows_t[r]] with vector gathers, once per item for all
          * column blocks: the micro-kernels then read contiguous, L1-resident rows */
         rp = LLVMBuildMul(e->b, LLVMBuildSDiv(e->b, LLVMBuildAdd(e->b, tv[T_NROWS], ci64(e, V - 1), ""), ci64(e, V), ""), ci64(e, V), "rp");
@@ -1038,7 +1096,10 @@ static tj_status emit_item(em *e, tj_cpu_emit_info *info, tj_error *err)
     loop_begin(e, fn, &cb, ci64(e, 0), tv[T_WIDTH], nrv);
     LLVMValueRef valid = smin(e, nrv, LLVMBuildSub(e->b, tv[T_WIDTH], cb.iv, ""));
     LLVMValueRef nvb = LLVMBuildSDiv(e->b, LLVMBuildAdd(e->b, valid, ci64(e, V - 1), ""), ci64(e, V), "");
-    LLVMValueRef wblk = gep(e, e->wty, wp, LLVMBuildAdd(e->b, tv[T_WOFF], cb.iv, "")); /* dp: + c0 again */
+    /* weights column-block-major (tj_cpu_pack_weights): the block's rows are contiguous, nr
+     * (or the tile's padded rest) apart, so they never alias in L1's sets */
+    LLVMValueRef wblk = gep(e, e->wty, wp, LLVMBuildAdd(e->b, tv[T_WOFF], LLVMBuildMul(e->b, cb.iv, tv[T_NROWS], ""), ""));
+    LLVMValueRef bld = smin(e, nrv, LLVMBuildSub(e->b, tv[T_LD], cb.iv, ""));
     LLVMValueRef colstart = LLVMBuildAdd(e->b, tv[T_COLBASE], cb.iv, "");
     LLVMValueRef bkb = gep(e, e->f32, bk, colstart);
     LLVMValueRef colsb = e->g_cols ? gep(e, e->i32, e->g_cols, colstart) : LLVMConstNull(e->ptr);
@@ -1053,7 +1114,7 @@ static tj_status emit_item(em *e, tj_cpu_emit_info *info, tj_error *err)
     LLVMValueRef kflags = LLVMBuildOr(
         e->b, LLVMBuildZExt(e->b, LLVMBuildICmp(e->b, LLVMIntEQ, kl.iv, ci64(e, 0), ""), e->i64, ""),
         LLVMBuildShl(e->b, LLVMBuildZExt(e->b, LLVMBuildICmp(e->b, LLVMIntSGE, LLVMBuildAdd(e->b, kl.iv, ci64(e, kc), ""), tv[T_NROWS], ""), e->i64, ""), ci64(e, 1), ""), "");
-    LLVMValueRef kw = gep(e, e->wty, wblk, LLVMBuildMul(e->b, kl.iv, tv[T_LD], ""));
+    LLVMValueRef kw = gep(e, e->wty, wblk, LLVMBuildMul(e->b, kl.iv, bld, ""));
     LLVMValueRef koffs = gep(e, e->i32, offs, kl.iv);
     loop mb;
     loop_begin(e, fn, &mb, m0, m1, ci64(e, mr));
@@ -1068,7 +1129,11 @@ static tj_status emit_item(em *e, tj_cpu_emit_info *info, tj_error *err)
         f = LLVMBuildSelect(e->b, full, unr_fn, f, "");
     }
     LLVMValueRef args[MK_NARGS];
-    args[MK_X] = xp ? gep(e, e->xpty, xp, LLVMBuildMul(e->b, LLVMBuildSub(e->b, mb.iv, m0, ""), rp, ""))
+    LLVMValueRef tb = LLVMBuildSub(e->b, mb.iv, m0, "");
+    if (xp && e->packed_item == 2) /* panel of token tb, at its position inside the panel */
+        args[MK_X] = gep(e, e->f32, xp, LLVMBuildAdd(e->b, LLVMBuildMul(e->b, LLVMBuildSDiv(e->b, tb, ci64(e, mr), ""), LLVMBuildMul(e->b, ci64(e, mr), rp, ""), ""),
+                                                     LLVMBuildSRem(e->b, tb, ci64(e, mr), ""), ""));
+    else args[MK_X] = xp ? gep(e, e->xpty, xp, LLVMBuildMul(e->b, tb, rp, ""))
                     : gep(e, e->f32, x, LLVMBuildMul(e->b, mb.iv, ci64(e, l->k), ""));
     args[MK_XS] = rp ? rp : ci64(e, l->k);
     /* contiguous stores address y at the block's first feature; scatters use absolute cols */
@@ -1081,7 +1146,7 @@ static tj_status emit_item(em *e, tj_cpu_emit_info *info, tj_error *err)
     args[MK_NROWS] = kn;
     args[MK_SCR] = gep(e, e->f32, scr, LLVMBuildMul(e->b, LLVMBuildSub(e->b, mb.iv, m0, ""), ci64(e, nv * V), ""));
     args[MK_FLAGS] = kflags;
-    args[MK_LD] = tv[T_LD];
+    args[MK_LD] = bld;
     args[MK_BK] = bkb;
     args[MK_COLS] = colsb;
     args[MK_VALID] = valid;
@@ -1249,6 +1314,7 @@ tj_status tj_cpu_emit_module_for(LLVMContextRef llctx, const tj_layer *l, const 
     e.xty = e.xbf ? e.i16 : e.f32;
     e.yty = e.ybf ? e.i16 : e.f32;
     e.xpty = e.dp ? e.i16 : e.f32;
+    e.packed_item = cfg->pack ? cfg->pack : e.xbf;
     {
         LLVMValueRef sh[16];
         for (int i = 0; i < e.V; i++) sh[i] = LLVMConstInt(e.i32, 16, 0);

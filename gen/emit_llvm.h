@@ -116,9 +116,13 @@ tj_status tj_cpu_emit_module(struct LLVMOpaqueContext *llctx, const tj_layer *l,
 tj_status tj_cpu_emit_module_for(struct LLVMOpaqueContext *llctx, const tj_layer *l, const tj_plan *plan,
                                  const tj_cpu_config *c, const char *prefix, const char *cpu, const char *features,
                                  struct LLVMOpaqueModule **out, tj_cpu_emit_info *info, tj_error *err);
-/* Weight packing for dot dpbf16: the plan's blocks with kept rows 2p and 2p + 1 interleaved
- * (dst[off + p·2·ld + 2c + (r & 1)]); an odd last row stays plain at off + (nrows − 1)·ld. */
-void tj_cpu_pack_pairs(const tj_plan *p, const void *w, tj_dtype wdt, uint16_t *dst);
+/* Packs weights w ([n, k] of dtype wdt) for config cfg (resolved) into dst (plan->packed_elems
+ * floats, or bf16 values with cfg->weights bf16). Inside a tile's block (plan->off[t]) the
+ * features are in column blocks of cfg->nr (the last one the padded rest, width bw), each
+ * block's kept rows contiguous: block b0 at off + b0·nrows, element (r, c) at r·bw + c. With
+ * dot dpbf16, rows 2p and 2p + 1 are interleaved (p·2·bw + 2c + (r & 1)) and an odd last row
+ * stays plain. */
+void tj_cpu_pack_weights(const tj_plan *p, const tj_cpu_config *cfg, const void *w, tj_dtype wdt, void *dst);
 /* 1 when the host CPU has avx512bf16 (and avx512f). */
 int tj_cpu_host_bf16(void);
 

@@ -185,9 +185,7 @@ static tj_status pack(tj_cpu_layer *cl, const tj_layer_weights *w, tj_error *err
     if (w->bias) cl->bias = malloc((size_t)l->n * sizeof(float));
     if (!cl->wp || !cl->bk || !cl->ewv || (w->bias && !cl->bias))
         return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "layer '%s': out of memory packing weights", l->name);
-    if (cl->cfg.dot == TJ_CPU_DOT_DPBF16) tj_cpu_pack_pairs(&cl->plan, w->w, w->wdt, cl->wp);
-    else if (bf) tj_plan_pack_16(&cl->plan, w->w, w->wdt, TJ_BF16, cl->wp);
-    else tj_plan_pack_f32(&cl->plan, w->w, w->wdt, cl->wp);
+    tj_cpu_pack_weights(&cl->plan, &cl->cfg, w->w, w->wdt, cl->wp);
     memset((char *)cl->wp + (size_t)cl->plan.packed_elems * esz, 0, wbytes - (size_t)cl->plan.packed_elems * esz);
     if (w->bias) {
         tj_convert_to_f32(w->bias, w->bdt, l->n, cl->bias);
