@@ -21,7 +21,7 @@
 /* ---- CPU (gen/emit_llvm.h: mr, nr, offsets, unroll, mb, kc; vec resolved to the host's) --- */
 
 static const int cpu_mr[] = {2, 4, 6, 8, 12, 14}; /* 16 was never competitive (bench/RESULTS.md) */
-static const int cpu_nr[] = {16, 32, 48, 64};
+static const int cpu_nr[] = {16, 24, 32, 48, 64}; /* 24: AVX2 4 × 24 (3 ymm) */
 static const char *const cpu_offsets[] = {"table", "unrolled"};
 static const int cpu_unroll[] = {1, 4, 8};
 static const int cpu_mb[] = {0, 32, 128}; /* tokens per work item; 0: the backend's ~96 */
@@ -31,7 +31,7 @@ static const char *const cpu_dtype[] = {"f32", "bf16"}; /* activations: bf16 onl
 enum { CPU_MR, CPU_NR, CPU_OFFSETS, CPU_UNROLL, CPU_MB, CPU_KC, CPU_SERIAL, CPU_DTYPE, CPU_NAXES };
 static const tj_tune_axis cpu_axes[CPU_NAXES] = {
     {"mr", 6, cpu_mr, NULL, 0},
-    {"nr", 4, cpu_nr, NULL, 0},
+    {"nr", 5, cpu_nr, NULL, 0},
     {"offsets", 2, NULL, cpu_offsets, 0},
     {"unroll", 3, cpu_unroll, NULL, 0},
     {"mb", 3, cpu_mb, NULL, 0},
@@ -42,14 +42,16 @@ static const tj_tune_axis cpu_axes[CPU_NAXES] = {
 
 /* The backend's built-in default must be a point of the space (the adaptive search measures it
  * first, so a tuned config is never slower than the default as measured). With LLVM it comes
- * from tj_cpu_config_default(); the values below mirror it for builds without. */
-static void cpu_default(int v[CPU_NAXES])
+ * from tj_cpu_config_default_vec() for the space's vector width; the values below mirror it
+ * for builds without. */
+static void cpu_default(const tj_tune_host *h, int v[CPU_NAXES])
 {
+    int vec = h->vec > 0 ? h->vec : 16;
 #if TJ_HAVE_LLVM
-    tj_cpu_config d = tj_cpu_config_default();
+    tj_cpu_config d = tj_cpu_config_default_vec(vec);
     int dv[CPU_NAXES] = {d.mr, d.nr, d.offsets == TJ_CPU_OFFSETS_UNROLLED, d.unroll, d.mb, d.kc, d.serial, 0 /* f32 */};
 #else
-    int dv[CPU_NAXES] = {6, 64, 0 /* table */, 4, 0, 0, 0, 0 /* f32 */};
+    int dv[CPU_NAXES] = {vec == 8 ? 4 : 6, vec == 8 ? 24 : 64, 0 /* table */, 4, 0, 0, 0, 0 /* f32 */};
 #endif
     memcpy(v, dv, sizeof dv);
 }
@@ -232,7 +234,7 @@ tj_status tj_tune_space_build(const char *backend, const tj_tune_host *h, tj_tun
     out->naxes = naxes;
     TJ_TRY(space_alloc(out, total, naxes, err));
     int p[16] = {0}, def[CPU_NAXES];
-    cpu_default(def);
+    cpu_default(h, def);
     for (int64_t i = 0; i < total; i++) {
         /* mixed-radix counter, last axis fastest: the canonical order */
         int64_t r = i;

@@ -37,15 +37,18 @@
 
 const char *tj_cpu_gen_id(void) { return "tilejit " TJ_VERSION " cpu-gen 1 built " __DATE__ " " __TIME__; }
 
-tj_cpu_config tj_cpu_config_default(void)
+tj_cpu_config tj_cpu_config_default(void) { return tj_cpu_config_default_vec(tj_cpu_host_vec()); }
+
+tj_cpu_config tj_cpu_config_default_vec(int vec)
 {
     /* AVX-512 (32 registers of 16 floats): 6 × 64 beat 12 × 32 and 8 × 48 on BERT-base shapes
      * (bench/RESULTS.md): fewer broadcasts of gathered X per FMA. AVX2 (16 registers of 8):
-     * 6 × 16, the classic 12-accumulator block. Narrower hosts: 4 rows × two vectors. */
+     * 4 × 24, 12 accumulators with 7 loads per 12 FMAs (6 × 16 needs 8), measured 5-10 % faster
+     * on Zen 3 (bench/RESULTS.md, issue 17 round 2). Narrower hosts: 4 rows × two vectors. */
     tj_cpu_config c = {.mr = 6, .nr = 64, .offsets = TJ_CPU_OFFSETS_TABLE, .unroll = 4, .mb = 0, .vec = 0, .kc = 0, .pack = 0, .order = -1, .serial = 0};
-    int vec = tj_cpu_host_vec();
     if (vec == 8) {
-        c.nr = 16;
+        c.mr = 4;
+        c.nr = 24;
     } else if (vec < 8) {
         c.mr = 4;
         c.nr = 2 * vec;
@@ -73,6 +76,8 @@ static const tj_cpu_config config_space[] = {
     /* AVX2-sized blocks (12 accumulators of 16 registers) */
     {6, 16, TJ_CPU_OFFSETS_TABLE, 4, 0, 8, 0, 0, 0, 0, 0, 0, 0, 0},
     {4, 24, TJ_CPU_OFFSETS_TABLE, 4, 0, 8, 0, 0, 0, 0, 0, 0, 0, 0},
+    {6, 16, TJ_CPU_OFFSETS_TABLE, 4, 0, 8, 0, 2, 0, 0, 0, 0, 0, 0}, /* X in mr-token panels */
+    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0},
     /* bf16-stored weights (fp32 accumulation), AVX-512 and AVX2 blocks */
     {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0, 0, 0, 0, TJ_CPU_WEIGHTS_BF16, 0, 0, 0},
     {6, 16, TJ_CPU_OFFSETS_TABLE, 4, 0, 8, 0, 0, 0, 0, TJ_CPU_WEIGHTS_BF16, 0, 0, 0},
@@ -81,6 +86,7 @@ static const tj_cpu_config config_space[] = {
      * (AVX2 and AVX-512 blocks), and vdpbf16ps on row pairs (avx512_bf16 hosts only) */
     {6, 16, TJ_CPU_OFFSETS_TABLE, 4, 0, 8, 0, 0, 0, 0, TJ_CPU_WEIGHTS_BF16, TJ_CPU_ACT_BF16, 0, TJ_CPU_DOT_FMA},
     {4, 24, TJ_CPU_OFFSETS_TABLE, 4, 0, 8, 0, 0, 0, 0, TJ_CPU_WEIGHTS_BF16, TJ_CPU_ACT_BF16, TJ_CPU_ACT_BF16, TJ_CPU_DOT_FMA},
+    {4, 24, TJ_CPU_OFFSETS_TABLE, 4, 0, 8, 0, 2, 0, 0, TJ_CPU_WEIGHTS_BF16, TJ_CPU_ACT_BF16, TJ_CPU_ACT_BF16, TJ_CPU_DOT_FMA},
     {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 0, 16, 0, 0, 0, 0, TJ_CPU_WEIGHTS_BF16, TJ_CPU_ACT_BF16, 0, TJ_CPU_DOT_FMA},
     {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 0, 16, 0, 0, 0, 0, TJ_CPU_WEIGHTS_BF16, TJ_CPU_ACT_BF16, 0, TJ_CPU_DOT_DPBF16},
     {12, 32, TJ_CPU_OFFSETS_TABLE, 4, 0, 16, 0, 0, 0, 0, TJ_CPU_WEIGHTS_BF16, TJ_CPU_ACT_BF16, TJ_CPU_ACT_BF16, TJ_CPU_DOT_DPBF16},

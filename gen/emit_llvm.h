@@ -73,6 +73,8 @@ const char *tj_cpu_gen_id(void);
 
 /* The built-in default for a layer (before any tuning record). */
 tj_cpu_config tj_cpu_config_default(void);
+/* The same for a host of `vec` floats per vector (16, 8, 4, 1). */
+tj_cpu_config tj_cpu_config_default_vec(int vec);
 /* Parses JSON (NULL or "" gives the default); checks ranges. `vec` 0 is resolved later. */
 tj_status tj_cpu_config_from_json(const char *json, tj_cpu_config *out, tj_error *err);
 /* Canonical JSON (keys in a fixed order), malloc'ed; NULL if out of memory. */
