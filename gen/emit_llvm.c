@@ -5,14 +5,14 @@
  *       for each block of mr tokens:  mk[mr'][nv'](...)   or, unrolled mode, tile_<slot>(...)
  *   mk: acc[mr × nv] <V x float> = 0
  *       for each kept row r of the tile:                    (offset = rows_t[r], baked)
- *         w[j] = load <V x float> wp[r·ld + j·V]            (packed k-major, aligned)
+ *         w[j] = load <V x float> wb[r·bw + j·V]            (column block's rows, contiguous)
  *         for i < mr: acc[i][j] = fmuladd(splat(x[i·K + offset]), w[j], acc[i][j])
  *       epilogue: + bias, activation (when no ew), store or scatter to cols
  *   post(x, y, ewv, bias, m0, m1)          second pass: pruned features (act(bias)) and the ew
  *                                           residual, then the activation for those features
  *
- * x: fp32 [M × K] row-major, y: fp32 [M × N], wp: the plan's packed fp32 weights (64-byte
- * aligned), bk: bias in kept-column order padded to bk_elems (zeros without bias), ewv: ew
+ * x: fp32 (or bf16, dtype) [M × K] row-major, y: fp32 (or bf16, out) [M × N], wp: the weights
+ * packed by tj_cpu_pack_weights (fp32 or bf16, 64-byte aligned), bk: bias in kept-column order padded to bk_elems (zeros without bias), ewv: ew
  * weights in CSR order, bias: fp32 [N] or NULL. Offsets are baked as a constant i32 table read
  * by a rolled loop unrolled `unroll` times (table mode) or as immediates in straight-line code,
  * one function per tile (unrolled mode, capped at TJ_CPU_UNROLLED_MAX_STEPS row steps). */

@@ -23,7 +23,9 @@ typedef enum tj_cpu_offsets {
  * mb: tokens per work item (0: auto, rounded to a multiple of mr) — the work split;
  * kc: kept rows per k-block (0: none; table mode only);
  * pack: 1 gathers each work item's X rows of the tile into a contiguous stack buffer first
- *   (mb × kept rows floats), 0 broadcasts straight from X (table mode only);
+ *   (mb × kept rows floats), 2 packs them into mr-token panels (xp[p][r][i], the register
+ *   block's broadcasts then read one sequential stream), 0 broadcasts straight from X (table
+ *   mode only); the staged X is shared by all the tile's column blocks;
  * order: work items tile-major (0: a tile's weights stay in cache across token chunks) or
  *   token-chunk-major (1: a chunk of X stays in L2 across tiles); -1: auto, 1 when tiles keep
  *   under 20 % of k (little work per byte of gathered X), else 0. mb auto is 48 with order 1;
