@@ -13,7 +13,10 @@
 #include <llvm-c/Target.h>
 #include <llvm-c/TargetMachine.h>
 
+#include <unistd.h>
+
 #include "runtime/backend_cpu.h"
+#include "base/safetensors.h"
 #include "pattern/random.h"
 #include "tj_test.h"
 
@@ -212,6 +215,62 @@ static void test_codegen(void)
     LLVMDisposeMessage(triple);
 }
 
+/* The model interface (fp32 tensors) over a bf16 layer: x rounded once, bf16 y widened back. */
+static void test_model_path(void)
+{
+    char dir[] = "/tmp/tj_bf16_XXXXXX", pat[600], wts[600];
+    if (!mkdtemp(dir)) { CHECK(0); return; }
+    snprintf(pat, sizeof pat, "%s/p.json", dir);
+    snprintf(wts, sizeof wts, "%s/w.safetensors", dir);
+    bcase c = {"enc.fc1", 192, 96, 64, 0.75, 2, 0.02, 0, TJ_ACT_GELU, TJ_BF16, 1};
+    tj_layer l;
+    void *w = NULL, *b = NULL;
+    if (!make(&c, 77, &l, &w, &b)) { CHECK(0); return; }
+    tj_error err;
+    tj_pattern p = {.nlayers = 1, .layers = &l};
+    CHECK_OK(tj_pattern_save(&p, pat, &err), &err);
+    int64_t s0[2] = {c.n, c.k}, b0[1] = {c.n};
+    tj_st_out_tensor t[2] = {{"enc.fc1.weight", "BF16", 2, s0, w, (uint64_t)(c.n * c.k) * 2},
+                             {"enc.fc1.bias", "BF16", 1, b0, b, (uint64_t)c.n * 2}};
+    CHECK_OK(tj_st_write(wts, t, 2, NULL, &err), &err);
+    tj_options o = tj_options_default();
+    o.backend = TJ_BACKEND_CPU;
+    o.threads = 2;
+    tj_context *ctx = NULL;
+    tj_model *m = NULL;
+    CHECK(tj_context_create(&o, &ctx) == TJ_OK);
+    if (ctx) CHECK_OK(tj_context_set_config(ctx, "{\"dtype\": \"bf16\", \"out\": \"bf16\"}", &err), &err);
+    if (ctx && tj_model_load(ctx, pat, wts, &m) != TJ_OK) fprintf(stderr, "load: %s\n", tj_context_error(ctx));
+    CHECK(m != NULL);
+    const char *run_cfg = NULL;
+    if (m) CHECK(tj_model_layer_config(m, 0, 16, &run_cfg) == TJ_OK);
+    CHECKF(run_cfg && strstr(run_cfg, "\"dtype\": \"bf16\"") && strstr(run_cfg, "\"out\": \"bf16\""), "model runs %s",
+           run_cfg ? run_cfg : "(null)");
+    tj_layer_weights lw = {w, TJ_BF16, b, TJ_BF16};
+    for (int64_t mm = 1; m && mm <= 64; mm *= 4) {
+        float *x = malloc((size_t)(mm * c.k) * 4), *y = malloc((size_t)(mm * c.n) * 4), *ref = malloc((size_t)(mm * c.n) * 4);
+        tj_rng r = {500 + (uint64_t)mm};
+        tj_test_fill(&r, x, mm * c.k);
+        for (int64_t i = 0; i < mm * c.n; i++) y[i] = NAN;
+        int64_t xs[2] = {mm, c.k}, ys[2] = {mm, c.n};
+        DLTensor xt = {x, {kDLCPU, 0}, 2, {kDLFloat, 32, 1}, xs, NULL, 0};
+        DLTensor yt = {y, {kDLCPU, 0}, 2, {kDLFloat, 32, 1}, ys, NULL, 0};
+        CHECK(tj_linear(m, "enc.fc1", &xt, &yt, NULL) == TJ_OK);
+        tj_reference_linear(&l, &lw, x, mm, ref);
+        double e = tj_test_all_finite(y, mm * c.n) ? tj_test_relerr(y, ref, mm * c.n) : 1e9;
+        CHECKF(e <= LOOSE, "model path M=%lld: relerr %g (bound %g)", (long long)mm, e, LOOSE);
+        free(x); free(y); free(ref);
+    }
+    tj_model_destroy(m);
+    tj_context_destroy(ctx);
+    remove(pat);
+    remove(wts);
+    rmdir(dir);
+    tj_layer_free(&l);
+    free(w);
+    free(b);
+}
+
 int main(int argc, char **argv)
 {
     int want_dp = argc > 1 && strcmp(argv[1], "dpbf16") == 0;
@@ -229,7 +288,10 @@ int main(int argc, char **argv)
         return 77;
     }
     CHECK_OK(tj_pool_create(3, &pool, &err), &err);
-    if (!want_dp) test_codegen();
+    if (!want_dp) {
+        test_codegen();
+        test_model_path();
+    }
     int nc, host = tj_cpu_host_vec(), id = 0, ran = 0, skipped = 0;
     const tj_cpu_config *space = tj_cpu_config_space(&nc);
     for (int ci = 0; ci < nc; ci++) {
