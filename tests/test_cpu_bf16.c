@@ -282,8 +282,10 @@ int main(int argc, char **argv)
         return 77;
     }
     if (want_dp && !tj_cpu_host_bf16()) {
+        char *cpu = LLVMGetHostCPUName();
         fprintf(stderr, "skipped: this CPU (%s) has no avx512_bf16, so the vdpbf16ps kernels cannot run here "
-                        "(their object code is checked by test cpu_bf16)\n", LLVMGetHostCPUName());
+                        "(their object code is checked by test cpu_bf16)\n", cpu);
+        LLVMDisposeMessage(cpu);
         tj_cpu_jit_destroy(jit);
         return 77;
     }
