@@ -534,7 +534,7 @@ static LLVMValueRef emit_act(em *e, LLVMTypeRef ty, LLVMValueRef v)
 /* Micro-kernel arguments. SCR/FLAGS: k-blocking — a call covers one chunk of the tile's kept rows;
  * bit 0 of FLAGS (first chunk) starts from zero instead of the partial sums in SCR, bit 1 (last
  * chunk) runs the epilogue instead of storing the partial sums back to SCR. */
-enum { MK_X, MK_Y, MK_W, MK_OFFS, MK_NROWS, MK_LD, MK_BK, MK_COLS, MK_VALID, MK_SCR, MK_FLAGS, MK_XS, MK_C0, MK_NARGS };
+enum { MK_X, MK_Y, MK_W, MK_OFFS, MK_NROWS, MK_LD, MK_BK, MK_COLS, MK_VALID, MK_SCR, MK_FLAGS, MK_XS, MK_NARGS };
 enum { MK_FIRST = 1, MK_LAST = 2 };
 
 /* One kept row: acc[i][j] += x[i·K + off] · w[j]. off: i64 value (table) or constant. */
@@ -749,15 +749,15 @@ static LLVMValueRef emit_mk_table(em *e, int mr, int nv)
 
 /* dot dpbf16 (avx512_bf16): acc[i][j] += x pair · w pair per pair of kept rows, vdpbf16ps
  * summing both products into each fp32 lane. x: the staged bf16 X (token stride MK_XS, pairs
- * at even positions); w: the pair-packed weights at column c0 (tj_cpu_pack_pairs), so pair p
- * of the block sits at w + c0 + p·2·ld and an odd last row, widened to fp32, at w + (nrows−1)·ld. */
+ * at even positions); w: the column block's pair-packed weights (tj_cpu_pack_weights), pair p
+ * at w + p·2·ld and an odd last row, widened to fp32, at w + (nrows−1)·ld. */
 static LLVMValueRef emit_mk_dp(em *e, int mr, int nv)
 {
     char name[128];
     snprintf(name, sizeof name, "%s.mkd_%d_%d", e->prefix, mr, nv);
     LLVMValueRef fn = new_fn(e, name, e->mk_ty, 1);
     LLVMValueRef x = LLVMGetParam(fn, MK_X), w = LLVMGetParam(fn, MK_W), nrows = LLVMGetParam(fn, MK_NROWS);
-    LLVMValueRef ld = LLVMGetParam(fn, MK_LD), xs = LLVMGetParam(fn, MK_XS), c0 = LLVMGetParam(fn, MK_C0);
+    LLVMValueRef ld = LLVMGetParam(fn, MK_LD), xs = LLVMGetParam(fn, MK_XS);
     LLVMValueRef flags = LLVMGetParam(fn, MK_FLAGS), scr = LLVMGetParam(fn, MK_SCR);
     int na = mr * nv;
     unsigned id = LLVMLookupIntrinsicID("llvm.x86.avx512bf16.dpbf16ps.512", 32);
@@ -779,7 +779,6 @@ static LLVMValueRef emit_mk_dp(em *e, int mr, int nv)
         init[a] = LLVMBuildSelect(e->b, first, LLVMConstNull(e->vf), load(e, e->vf, gep(e, e->f32, scr, ci64(e, a * e->V)), 4), "");
     LLVMValueRef npairs = LLVMBuildLShr(e->b, nrows, ci64(e, 1), "npairs");
     LLVMValueRef wpair = w;
-    (void)c0;
     LLVMBuildCondBr(e->b, LLVMBuildICmp(e->b, LLVMIntSGT, npairs, ci64(e, 0), ""), body, th);
 
     LLVMPositionBuilderAtEnd(e->b, body);
@@ -1146,7 +1145,6 @@ static tj_status emit_item(em *e, tj_cpu_emit_info *info, tj_error *err)
     LLVMValueRef yoff = LLVMBuildMul(e->b, mb.iv, ci64(e, l->n), "");
     if (!l->cols) yoff = LLVMBuildAdd(e->b, yoff, colstart, "");
     args[MK_Y] = gep(e, e->yty, y, yoff);
-    args[MK_C0] = cb.iv;
     args[MK_W] = kw;
     args[MK_OFFS] = koffs;
     args[MK_NROWS] = kn;
@@ -1327,7 +1325,7 @@ tj_status tj_cpu_emit_module_for(LLVMContextRef llctx, const tj_layer *l, const 
         e.sh16 = LLVMConstVector(sh, (unsigned)e.V);
     }
     e.vptr = LLVMVectorType(e.ptr, (unsigned)e.V);
-    LLVMTypeRef mkp[MK_NARGS] = {e.ptr, e.ptr, e.ptr, e.ptr, e.i64, e.i64, e.ptr, e.ptr, e.i64, e.ptr, e.i64, e.i64, e.i64};
+    LLVMTypeRef mkp[MK_NARGS] = {e.ptr, e.ptr, e.ptr, e.ptr, e.i64, e.i64, e.ptr, e.ptr, e.i64, e.ptr, e.i64, e.i64};
     e.mk_ty = LLVMFunctionType(e.voidt, mkp, MK_NARGS, 0);
     e.fma = intrinsic(&e, "llvm.fmuladd", &e.vf, 1, &e.fma_ty);
     e.fma_s = intrinsic(&e, "llvm.fmuladd", &e.f32, 1, &e.fma_s_ty);
