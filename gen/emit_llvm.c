@@ -307,19 +307,23 @@ void tj_cpu_pack_weights(const tj_plan *p, const tj_cpu_config *cfg, const void 
     for (int64_t t = 0; t < l->ntiles; t++) {
         const int32_t *rows = l->tile_rows + l->tile_ptr[t];
         int64_t nr = tj_tile_nrows(l, t), width = tj_tile_width(l, t), ld = p->ld[t];
-        /* 16 columns at a time: each packed row segment is one cache line written whole, and
-         * the 16 weight rows it reads from stay in cache as r advances (a plain column loop
-         * wrote one float per cache line, the transposition's worst case) */
+        /* 16 columns at a time, rows outer: the 16 weight rows read stay in cache as r
+         * advances, and each packed row segment is written in one or two runs */
         for (int64_t c0 = 0; c0 < width; c0 += 16) {
             int64_t cw = width - c0 < 16 ? width - c0 : 16, base[16];
             for (int64_t c = 0; c < cw; c++) base[c] = tj_layer_col(l, t * l->g + c0 + c) * l->k;
-            for (int64_t c = 0; c < cw; c++) {
-                /* column block of feature cc: its start, its (padded) width */
-                int64_t cc = c0 + c, b0 = cc / nrb * nrb, bw = ld - b0 < nrb ? ld - b0 : nrb, cb = cc - b0;
-                int64_t blk = p->off[t] + b0 * nr;
-                for (int64_t r = 0; r < nr; r++) {
+            int64_t blk[16], bw[16], cb[16];
+            for (int64_t c = 0; c < cw; c++) { /* column block of feature c0 + c: start, (padded) width */
+                int64_t cc = c0 + c, b0 = cc / nrb * nrb;
+                bw[c] = ld - b0 < nrb ? ld - b0 : nrb;
+                cb[c] = cc - b0;
+                blk[c] = p->off[t] + b0 * nr;
+            }
+            for (int64_t r = 0; r < nr; r++) {
+                for (int64_t c = 0; c < cw; c++) {
                     int64_t i = base[c] + rows[r];
-                    int64_t at = !pairs || (r == nr - 1 && nr % 2) ? blk + r * bw + cb : blk + r / 2 * 2 * bw + 2 * cb + (r & 1);
+                    int64_t at = !pairs || (r == nr - 1 && nr % 2) ? blk[c] + r * bw[c] + cb[c]
+                                                                   : blk[c] + r / 2 * 2 * bw[c] + 2 * cb[c] + (r & 1);
                     if (!bf) {
                         if (wdt == TJ_F32) memcpy((float *)dst + at, (const char *)w + 4 * i, 4);
                         else ((float *)dst)[at] = tj_load_f32(w, wdt, i);
