@@ -25,6 +25,8 @@ typedef struct tj_tune_axis {
     int nvals;
     const int *ivals;           /* or NULL */
     const char *const *svals;   /* when ivals is NULL */
+    int omit_first;             /* 1: the first value is the backend's default and is left out of
+                                 * the config JSON (axes added later keep older records' texts) */
 } tj_tune_axis;
 
 /* Facts about the target that validity rules need. */
@@ -36,6 +38,8 @@ typedef struct tj_tune_host {
     int regs_max;       /* CUDA: registers per thread */
     int64_t g;          /* the layer's tile width (CUDA: BN ≤ g, g % BN == 0) */
     int64_t kept_rows;  /* Σ over tiles of kept rows: the code size of unrolled offsets (0: unknown) */
+    int64_t min_m;      /* CPU: the smallest batch size tuned (0: unknown), for the serial axis */
+    int act_bf16;       /* CPU: the activations are bf16 (dtype bf16 configs join the space) */
 } tj_tune_host;
 
 /* CPU unrolled offsets emit (nv loads + mr broadcasts + mr·nv FMAs) per kept row of every tile

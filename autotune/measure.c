@@ -21,6 +21,9 @@
 #include "base/rng.h"
 #include "gen/emit_cuda.h"
 #include "tj_config.h"
+#if TJ_HAVE_LLVM
+#include "gen/emit_llvm.h"
+#endif
 
 extern char **environ;
 
@@ -84,6 +87,16 @@ static int timed_run(void *user)
 /* The dtype the backend computes products in, which sets the check's bound. */
 static tj_dtype compute_dtype(tj_backend backend, const tj_layer *l, const char *config)
 {
+#if TJ_HAVE_LLVM
+    if (backend == TJ_BACKEND_CPU) { /* bf16 activations or bf16-stored weights: the bf16 bound */
+        tj_cpu_config c;
+        tj_error e;
+        if (config && tj_cpu_config_from_json(config, &c, &e) == TJ_OK &&
+            (c.dtype == TJ_CPU_ACT_BF16 || c.out == TJ_CPU_ACT_BF16 || c.weights == TJ_CPU_WEIGHTS_BF16))
+            return TJ_BF16;
+        return TJ_F32;
+    }
+#endif
     if (backend != TJ_BACKEND_CUDA) return TJ_F32;
     tj_cuda_config c = tj_cuda_config_default(l);
     tj_error e;

@@ -354,6 +354,9 @@ tj_status tj_tune_run(const tj_tune_opts *o, tj_tune_summary *out, tj_error *err
         for (int64_t j = 0; j < li && !dup; j++) dup = pat->layers[j].hash == l->hash;
         if (dup) continue;
         tj_tune_host_for(o->backend, space_arch, l, &hosts[nspaces]);
+        for (int mi = 0; mi < o->nms; mi++)
+            if (hosts[nspaces].min_m == 0 || o->ms[mi] < hosts[nspaces].min_m) hosts[nspaces].min_m = o->ms[mi];
+        hosts[nspaces].act_bf16 = o->act_bf16 && o->size >= sizeof *o;
         s = o->configs_json ? tj_tune_space_from_list(o->backend, o->configs_json, &spaces[nspaces], err)
                             : tj_tune_space_build(o->backend, &hosts[nspaces], &spaces[nspaces], err);
         if (s != TJ_OK) {

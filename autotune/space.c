@@ -13,39 +13,45 @@
 #include "gen/emit_cuda.h"
 #if TJ_HAVE_LLVM
 #include "gen/emit_llvm.h"
+#define CPU_SERIAL_KFLOP TJ_CPU_SERIAL_KFLOP
+#else
+#define CPU_SERIAL_KFLOP 128 /* gen/emit_llvm.h's TJ_CPU_SERIAL_KFLOP, for builds without LLVM */
 #endif
 
 /* ---- CPU (gen/emit_llvm.h: mr, nr, offsets, unroll, mb, kc; vec resolved to the host's) --- */
 
 static const int cpu_mr[] = {2, 4, 6, 8, 12, 14}; /* 16 was never competitive (bench/RESULTS.md) */
-static const int cpu_nr[] = {16, 32, 48, 64};
+static const int cpu_nr[] = {16, 24, 32, 48, 64}; /* 24: AVX2 4 × 24 (3 ymm) */
 static const char *const cpu_offsets[] = {"table", "unrolled"};
 static const int cpu_unroll[] = {1, 4, 8};
 static const int cpu_mb[] = {0, 32, 128}; /* tokens per work item; 0: the backend's ~96 */
 static const int cpu_kc[] = {0, 384};     /* kept rows per k-block; 0: the backend's L1-sized */
-enum { CPU_MR, CPU_NR, CPU_OFFSETS, CPU_UNROLL, CPU_MB, CPU_KC, CPU_NAXES };
+static const int cpu_serial[] = {0, -1};  /* built-in small-call threshold, or always parallel */
+static const char *const cpu_dtype[] = {"f32", "bf16"}; /* activations: bf16 only when asked for */
+enum { CPU_MR, CPU_NR, CPU_OFFSETS, CPU_UNROLL, CPU_MB, CPU_KC, CPU_SERIAL, CPU_DTYPE, CPU_NAXES };
 static const tj_tune_axis cpu_axes[CPU_NAXES] = {
-    {"mr", 6, cpu_mr, NULL},
-    {"nr", 4, cpu_nr, NULL},
-    {"offsets", 2, NULL, cpu_offsets},
-    {"unroll", 3, cpu_unroll, NULL},
-    {"mb", 3, cpu_mb, NULL},
-    {"kc", 2, cpu_kc, NULL},
+    {"mr", 6, cpu_mr, NULL, 0},
+    {"nr", 5, cpu_nr, NULL, 0},
+    {"offsets", 2, NULL, cpu_offsets, 0},
+    {"unroll", 3, cpu_unroll, NULL, 0},
+    {"mb", 3, cpu_mb, NULL, 0},
+    {"kc", 2, cpu_kc, NULL, 0},
+    {"serial", 2, cpu_serial, NULL, 1},
+    {"dtype", 2, NULL, cpu_dtype, 1},
 };
 
 /* The backend's built-in default must be a point of the space (the adaptive search measures it
  * first, so a tuned config is never slower than the default as measured). With LLVM it comes
- * from tj_cpu_config_default(); the values below mirror it for builds without. */
+ * from tj_cpu_config_default_vec() for the space's vector width; the values below mirror it
+ * for builds without. */
 static void cpu_default(const tj_tune_host *h, int v[CPU_NAXES])
 {
-#if TJ_HAVE_LLVM
-    (void)h;
-    tj_cpu_config d = tj_cpu_config_default();
-    int dv[CPU_NAXES] = {d.mr, d.nr, d.offsets == TJ_CPU_OFFSETS_UNROLLED, d.unroll, d.mb, d.kc};
-#else
-    /* tj_cpu_config_default's rule by vector width (that function needs the LLVM build) */
     int vec = h->vec > 0 ? h->vec : 16;
-    int dv[CPU_NAXES] = {vec < 8 ? 4 : 6, vec == 16 ? 64 : vec == 8 ? 16 : 2 * vec, 0 /* table */, 4, 0, 0};
+#if TJ_HAVE_LLVM
+    tj_cpu_config d = tj_cpu_config_default_vec(vec);
+    int dv[CPU_NAXES] = {d.mr, d.nr, d.offsets == TJ_CPU_OFFSETS_UNROLLED, d.unroll, d.mb, d.kc, d.serial, 0 /* f32 */};
+#else
+    int dv[CPU_NAXES] = {vec <= 8 ? 4 : 6, vec == 16 ? 64 : vec == 8 ? 24 : 2 * vec, 0 /* table */, 4, 0, 0, 0, 0 /* f32 */};
 #endif
     memcpy(v, dv, sizeof dv);
 }
@@ -64,13 +70,13 @@ static const int cuda_stages[] = {2, 3, 4};
 static const char *const cuda_offsets[] = {"table"};
 enum { CU_TEMPLATE, CU_BM, CU_BN, CU_BK, CU_WARPS, CU_STAGES, CU_OFFSETS, CU_NAXES };
 static const tj_tune_axis cuda_axes[CU_NAXES] = {
-    {"template", 3, NULL, cuda_template},
-    {"bm", 3, cuda_bm, NULL},
-    {"bn", 3, cuda_bn, NULL},
-    {"bk", 3, cuda_bk, NULL},
-    {"warps", 3, cuda_warps, NULL},
-    {"stages", 3, cuda_stages, NULL},
-    {"offsets", 1, NULL, cuda_offsets},
+    {"template", 3, NULL, cuda_template, 0},
+    {"bm", 3, cuda_bm, NULL, 0},
+    {"bn", 3, cuda_bn, NULL, 0},
+    {"bk", 3, cuda_bk, NULL, 0},
+    {"warps", 3, cuda_warps, NULL, 0},
+    {"stages", 3, cuda_stages, NULL, 0},
+    {"offsets", 1, NULL, cuda_offsets, 0},
 };
 
 static int ival(const tj_tune_axis *axes, const int *p, int a) { return axes[a].ivals[p[a]]; }
@@ -130,6 +136,15 @@ const char *tj_tune_space_why_invalid(const char *backend, const tj_tune_host *h
         if (mr * nv + nv + 1 > regs)
             return snprintf(why, sizeof why, "mr %d x nr %d needs %d vector registers of %d", mr, nr, mr * nv + nv + 1,
                             regs), why;
+        /* always parallel differs from the built-in only where some tuned M runs serially */
+        if (ival(axes, p, CPU_SERIAL) < 0 &&
+            (h->min_m <= 0 || 2.0 * (double)h->min_m * (double)h->kept_rows * (double)h->g >= 1000.0 * CPU_SERIAL_KFLOP))
+            return "serial -1: no tuned M is under the built-in serial threshold";
+        if (strcmp(sval(axes, p, CPU_DTYPE), "bf16") == 0) {
+            if (!h->act_bf16) return "dtype bf16: the activations are fp32 (tune with bf16 activations to search it)";
+            if (strcmp(sval(axes, p, CPU_OFFSETS), "unrolled") == 0) return "dtype bf16 stages X: table offsets only";
+            if (ival(axes, p, CPU_KC) != 0) return "dtype bf16 runs whole tiles: kc is ignored";
+        }
         if (strcmp(sval(axes, p, CPU_OFFSETS), "unrolled") == 0) {
             if (ival(axes, p, CPU_KC) != 0) return "kc (k-blocking) applies to table offsets only";
             if (ival(axes, p, CPU_UNROLL) == 1) return "unrolled offsets: 1 row per chunk makes one basic block per kept row";
@@ -183,7 +198,8 @@ static char *point_json(const tj_tune_axis *axes, int naxes, const int *p)
 {
     json_t *o = json_object();
     for (int a = 0; o && a < naxes; a++)
-        json_object_set_new(o, axes[a].name, axes[a].ivals ? json_integer(axes[a].ivals[p[a]])
+        if (!(axes[a].omit_first && p[a] == 0))
+            json_object_set_new(o, axes[a].name, axes[a].ivals ? json_integer(axes[a].ivals[p[a]])
                                                            : json_string(axes[a].svals[p[a]]));
     char *s = o ? json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     json_decref(o);
@@ -244,7 +260,7 @@ tj_status tj_tune_space_build(const char *backend, const tj_tune_host *h, tj_tun
         if (!(out->json[k] = point_json(axes, naxes, p))) return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory");
         int is_default = axes == cpu_axes;
         for (int a = 0; is_default && a < naxes; a++)
-            is_default = a == CPU_OFFSETS ? p[a] == def[a] : axes[a].ivals[p[a]] == def[a];
+            is_default = !axes[a].ivals ? p[a] == def[a] : axes[a].ivals[p[a]] == def[a];
         if (is_default) out->default_index = k;
         out->count++;
     }

@@ -113,8 +113,8 @@ typedef struct tj_run {
     const tj_cpu_layer *cl;
     tj_pool *pool;
     int threads;
-    const float *x;
-    float *y;
+    const void *x;
+    void *y;
     int64_t m;
 } tj_run;
 
@@ -200,6 +200,7 @@ static int bench_point(const char *C, const bopts *o, double s, tj_cpu_jit *jit,
     float *w = alloc_floats(o->n * o->k), *x = alloc_floats(o->m * o->k);
     float *y = alloc_floats(o->m * o->n), *ref = alloc_floats(o->m * o->n);
     tj_cpu_layer *cl = NULL;
+    uint16_t *xb = NULL, *yb = NULL;
     if (!w || !x || !y || !ref) {
         bench_fail(errs_, C, "out of memory for %lld × %lld data", (long long)o->m, (long long)o->n);
         goto done;
@@ -236,18 +237,33 @@ static int bench_point(const char *C, const bopts *o, double s, tj_cpu_jit *jit,
     res->kept = tj_layer_kept(&l);
     res->density = (double)res->kept / ((double)o->n * (double)o->k);
 
+    /* bf16 activations: X rounded once here (the caller's data is bf16); bf16 Y widened for
+     * the check only (the timed runs write bf16) */
+    if (cl->cfg.dtype == TJ_CPU_ACT_BF16 || cl->cfg.out == TJ_CPU_ACT_BF16) {
+        xb = malloc((size_t)(o->m * o->k) * 2 + 2);
+        yb = malloc((size_t)(o->m * o->n) * 2 + 2);
+        if (!xb || !yb) {
+            bench_fail(errs_, C, "out of memory for bf16 data");
+            goto done;
+        }
+        tj_convert_from_f32(x, o->m * o->k, TJ_BF16, xb);
+        for (int64_t i = 0; i < o->m * o->n; i++) yb[i] = 0x7fc0; /* NaN */
+    }
+    const void *xin = cl->cfg.dtype == TJ_CPU_ACT_BF16 ? (const void *)xb : x;
+    void *yout = cl->cfg.out == TJ_CPU_ACT_BF16 ? (void *)yb : y;
     /* correctness first: poisoned output, then the reference */
     for (int64_t i = 0; i < o->m * o->n; i++) y[i] = NAN;
-    tj_cpu_layer_run(cl, pool, o->threads, x, o->m, y);
+    tj_cpu_layer_run(cl, pool, o->threads, xin, o->m, yout);
+    if (yout == yb) tj_convert_to_f32(yb, TJ_BF16, o->m * o->n, y);
     tj_reference_linear(&l, &lw, x, o->m, ref);
     res->relerr = tj_rel_error(y, ref, o->m * o->n);
-    /* bf16-stored weights round fp32 ones (8 significant bits): a bf16 bound */
+    /* bf16-stored weights or activations round fp32 ones (8 significant bits): a bf16 bound */
     double lim = cl->cfg.weights == TJ_CPU_WEIGHTS_BF16 ? tj_check_bound(TJ_BF16) : tj_check_bound(TJ_F32);
     if (!(res->relerr <= lim)) {
         bench_fail(errs_, C, "wrong result: relative error %.3g against the reference (limit %.0e)", res->relerr, lim);
         goto done;
     }
-    tj_run tr = {cl, pool, o->threads, x, y, o->m};
+    tj_run tr = {cl, pool, o->threads, xin, yout, o->m};
     res->tj_s = time_it(run_tj, &tr, o->min_time, o->repeats);
     if (time_baselines(C, o, x, w, ref, res)) goto done;
     rc = 0;
@@ -258,6 +274,8 @@ done:
     free(x);
     free(y);
     free(ref);
+    free(xb);
+    free(yb);
     return rc;
 }
 

@@ -14,7 +14,7 @@ static const char *help =
     "usage: tilejit tune PATTERN --weights W.safetensors --log FILE [--backend cpu|cuda|reference]\n"
     "                    [--m 1,128,512] [--budget SECONDS] [--shard I/N] [--search auto|exhaustive|adaptive]\n"
     "                    [--fraction F] [--timeout SECONDS] [--min-time SECONDS] [--threads T]\n"
-    "                    [--layer NAME] [--configs FILE] [--arch sm_XX] [--seed S] [--confirm R] [-v]\n"
+    "                    [--layer NAME] [--configs FILE] [--arch sm_XX] [--seed S] [--confirm R] [--bf16] [-v]\n"
     "       tilejit tune --best LOG...\n\n"
     "Measures candidate configs of every layer (one per distinct pattern) at each M and appends one\n"
     "JSON line per measurement to --log. Each config is built, checked against the reference on\n"
@@ -28,7 +28,8 @@ static const char *help =
     "(rerun to continue). --shard I/N measures the I-th of N deterministic parts (0-based):\n"
     "(workload, config) pairs when exhaustive, whole workloads when adaptive; a log begins with a\n"
     "header line naming its I/N, written even when the share is empty, and a resumed shard must\n"
-    "use the same I/N. --configs FILE replaces the built-in space with a JSON array of configs.\n\n"
+    "use the same I/N. --configs FILE replaces the built-in space with a JSON array of configs.\n"
+    "--bf16 (cpu) adds bf16-activation kernels (\"dtype\": \"bf16\", checked with the bf16 bound).\n\n"
     "--best merges logs and prints the chosen config per layer and M bucket (powers of two);\n"
     "headers, empty logs and a torn last line (reported on stderr) are fine.\n"
     "tilejit run / bench / model use the best record with --tuning-log LOG or TILEJIT_TUNING_LOG.\n";
@@ -175,13 +176,13 @@ int cmd_tune(int argc, char **argv)
     const char *weights = NULL, *backend = "cpu", *mlist = "1,128,512", *budget = NULL, *logp = NULL, *shard = NULL;
     const char *search = "auto", *fraction = NULL, *timeout = NULL, *min_time = NULL, *threads = NULL, *layer = NULL;
     const char *configs = NULL, *arch = NULL, *seed = NULL, *confirm = NULL, *pos[256];
-    int best = 0, verbose = 0, npos;
+    int best = 0, verbose = 0, bf16 = 0, npos;
     cli_opt opts[] = {{"weights", 1, &weights, NULL}, {"backend", 1, &backend, NULL}, {"m", 1, &mlist, NULL},
                       {"budget", 1, &budget, NULL}, {"log", 1, &logp, NULL}, {"shard", 1, &shard, NULL},
                       {"search", 1, &search, NULL}, {"fraction", 1, &fraction, NULL}, {"timeout", 1, &timeout, NULL},
                       {"min-time", 1, &min_time, NULL}, {"threads", 1, &threads, NULL}, {"layer", 1, &layer, NULL},
                       {"configs", 1, &configs, NULL}, {"arch", 1, &arch, NULL}, {"seed", 1, &seed, NULL},
-                      {"confirm", 1, &confirm, NULL},
+                      {"confirm", 1, &confirm, NULL}, {"bf16", 0, NULL, &bf16},
                       {"best", 0, NULL, &best}, {"v", 0, NULL, &verbose}, {"verbose", 0, NULL, &verbose}, {0}};
     int r = cli_parse("tune", argc, argv, opts, pos, 256, &npos);
     if (r == 2) {
@@ -198,6 +199,7 @@ int cmd_tune(int argc, char **argv)
         return cli_fail("tune", "--backend: '%s' cannot be tuned (cpu, cuda or reference)", backend);
     o.backend = backend;
     o.arch = arch;
+    o.act_bf16 = bf16;
     int64_t ms[64];
     int nms;
     if (parse_ms(mlist, ms, 64, &nms)) return 1;

@@ -5,14 +5,14 @@
  *       for each block of mr tokens:  mk[mr'][nv'](...)   or, unrolled mode, tile_<slot>(...)
  *   mk: acc[mr × nv] <V x float> = 0
  *       for each kept row r of the tile:                    (offset = rows_t[r], baked)
- *         w[j] = load <V x float> wp[r·ld + j·V]            (packed k-major, aligned)
+ *         w[j] = load <V x float> wb[r·bw + j·V]            (column block's rows, contiguous)
  *         for i < mr: acc[i][j] = fmuladd(splat(x[i·K + offset]), w[j], acc[i][j])
  *       epilogue: + bias, activation (when no ew), store or scatter to cols
  *   post(x, y, ewv, bias, m0, m1)          second pass: pruned features (act(bias)) and the ew
  *                                           residual, then the activation for those features
  *
- * x: fp32 [M × K] row-major, y: fp32 [M × N], wp: the plan's packed fp32 weights (64-byte
- * aligned), bk: bias in kept-column order padded to bk_elems (zeros without bias), ewv: ew
+ * x: fp32 (or bf16, dtype) [M × K] row-major, y: fp32 (or bf16, out) [M × N], wp: the weights
+ * packed by tj_cpu_pack_weights (fp32 or bf16, 64-byte aligned), bk: bias in kept-column order padded to bk_elems (zeros without bias), ewv: ew
  * weights in CSR order, bias: fp32 [N] or NULL. Offsets are baked as a constant i32 table read
  * by a rolled loop unrolled `unroll` times (table mode) or as immediates in straight-line code,
  * one function per tile (unrolled mode, capped at TJ_CPU_UNROLLED_MAX_STEPS row steps). */
@@ -37,15 +37,18 @@
 
 const char *tj_cpu_gen_id(void) { return "tilejit " TJ_VERSION " cpu-gen 1 built " __DATE__ " " __TIME__; }
 
-tj_cpu_config tj_cpu_config_default(void)
+tj_cpu_config tj_cpu_config_default(void) { return tj_cpu_config_default_vec(tj_cpu_host_vec()); }
+
+tj_cpu_config tj_cpu_config_default_vec(int vec)
 {
     /* AVX-512 (32 registers of 16 floats): 6 × 64 beat 12 × 32 and 8 × 48 on BERT-base shapes
      * (bench/RESULTS.md): fewer broadcasts of gathered X per FMA. AVX2 (16 registers of 8):
-     * 6 × 16, the classic 12-accumulator block. Narrower hosts: 4 rows × two vectors. */
+     * 4 × 24, 12 accumulators with 7 loads per 12 FMAs (6 × 16 needs 8), measured 5-10 % faster
+     * on Zen 3 (bench/RESULTS.md, issue 17 round 2). Narrower hosts: 4 rows × two vectors. */
     tj_cpu_config c = {.mr = 6, .nr = 64, .offsets = TJ_CPU_OFFSETS_TABLE, .unroll = 4, .mb = 0, .vec = 0, .kc = 0, .pack = 0, .order = -1, .serial = 0};
-    int vec = tj_cpu_host_vec();
     if (vec == 8) {
-        c.nr = 16;
+        c.mr = 4;
+        c.nr = 24;
     } else if (vec < 8) {
         c.mr = 4;
         c.nr = 2 * vec;
@@ -54,35 +57,53 @@ tj_cpu_config tj_cpu_config_default(void)
 }
 
 static const tj_cpu_config config_space[] = {
-    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0, 0, 0, 0, 0},
-    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 48, 0, 0, 0, 0, 0, 0},
-    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 48, 0, 0, 0, 1, 0, 0},
-    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 24, 0, 0, 0, 1, 0, 0},
-    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 192, 0, 0, 0, 0},
-    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0, 1, 0, 0, 0},
-    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 48, 0, 0, 1, 0, 0, 0},
-    {12, 32, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0, 1, 0, 0, 0},
-    {12, 32, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0, 0, 0, 0, 0},
-    {12, 32, TJ_CPU_OFFSETS_TABLE, 1, 0, 0, 0, 0, 0, 0, 0},
-    {14, 32, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0, 0, 0, 0, 0},
-    {8, 48, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0, 0, 0, 0, 0},
-    {4, 64, TJ_CPU_OFFSETS_TABLE, 2, 0, 0, 0, 0, 0, 0, 0},
-    {12, 32, TJ_CPU_OFFSETS_TABLE, 4, 48, 0, 0, 0, 0, 0, 0},
-    {12, 32, TJ_CPU_OFFSETS_UNROLLED, 8, 0, 0, 0, 0, 0, 0, 0},
-    {6, 64, TJ_CPU_OFFSETS_UNROLLED, 8, 0, 0, 0, 0, 0, 0, 0},
+    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 48, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 48, 0, 0, 0, 1, 0, 0, 0, 0, 0},
+    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 24, 0, 0, 0, 1, 0, 0, 0, 0, 0},
+    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 192, 0, 0, 0, 0, 0, 0, 0},
+    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0},
+    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 48, 0, 0, 1, 0, 0, 0, 0, 0, 0},
+    {12, 32, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0},
+    {12, 32, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {12, 32, TJ_CPU_OFFSETS_TABLE, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {14, 32, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {8, 48, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {4, 64, TJ_CPU_OFFSETS_TABLE, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {12, 32, TJ_CPU_OFFSETS_TABLE, 4, 48, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {12, 32, TJ_CPU_OFFSETS_UNROLLED, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {6, 64, TJ_CPU_OFFSETS_UNROLLED, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
     /* AVX2-sized blocks (12 accumulators of 16 registers) */
-    {6, 16, TJ_CPU_OFFSETS_TABLE, 4, 0, 8, 0, 0, 0, 0, 0},
-    {4, 24, TJ_CPU_OFFSETS_TABLE, 4, 0, 8, 0, 0, 0, 0, 0},
+    {6, 16, TJ_CPU_OFFSETS_TABLE, 4, 0, 8, 0, 0, 0, 0, 0, 0, 0, 0},
+    {4, 24, TJ_CPU_OFFSETS_TABLE, 4, 0, 8, 0, 0, 0, 0, 0, 0, 0, 0},
+    {6, 16, TJ_CPU_OFFSETS_TABLE, 4, 0, 8, 0, 2, 0, 0, 0, 0, 0, 0}, /* X in mr-token panels */
+    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0},
     /* bf16-stored weights (fp32 accumulation), AVX-512 and AVX2 blocks */
-    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0, 0, 0, 0, TJ_CPU_WEIGHTS_BF16},
-    {6, 16, TJ_CPU_OFFSETS_TABLE, 4, 0, 8, 0, 0, 0, 0, TJ_CPU_WEIGHTS_BF16},
-    {4, 24, TJ_CPU_OFFSETS_TABLE, 4, 0, 8, 0, 0, 1, 0, TJ_CPU_WEIGHTS_BF16},
+    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0, 0, 0, 0, TJ_CPU_WEIGHTS_BF16, 0, 0, 0},
+    {6, 16, TJ_CPU_OFFSETS_TABLE, 4, 0, 8, 0, 0, 0, 0, TJ_CPU_WEIGHTS_BF16, 0, 0, 0},
+    {4, 24, TJ_CPU_OFFSETS_TABLE, 4, 0, 8, 0, 0, 1, 0, TJ_CPU_WEIGHTS_BF16, 0, 0, 0},
+    /* bf16 activations (x bf16, fp32 accumulation; y fp32 or bf16): fp32 FMA on widened values
+     * (AVX2 and AVX-512 blocks), and vdpbf16ps on row pairs (avx512_bf16 hosts only) */
+    {6, 16, TJ_CPU_OFFSETS_TABLE, 4, 0, 8, 0, 0, 0, 0, TJ_CPU_WEIGHTS_BF16, TJ_CPU_ACT_BF16, 0, TJ_CPU_DOT_FMA},
+    {4, 24, TJ_CPU_OFFSETS_TABLE, 4, 0, 8, 0, 0, 0, 0, TJ_CPU_WEIGHTS_BF16, TJ_CPU_ACT_BF16, TJ_CPU_ACT_BF16, TJ_CPU_DOT_FMA},
+    {4, 24, TJ_CPU_OFFSETS_TABLE, 4, 0, 8, 0, 2, 0, 0, TJ_CPU_WEIGHTS_BF16, TJ_CPU_ACT_BF16, TJ_CPU_ACT_BF16, TJ_CPU_DOT_FMA},
+    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 0, 16, 0, 0, 0, 0, TJ_CPU_WEIGHTS_BF16, TJ_CPU_ACT_BF16, 0, TJ_CPU_DOT_FMA},
+    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 0, 16, 0, 0, 0, 0, TJ_CPU_WEIGHTS_BF16, TJ_CPU_ACT_BF16, 0, TJ_CPU_DOT_DPBF16},
+    {12, 32, TJ_CPU_OFFSETS_TABLE, 4, 0, 16, 0, 0, 0, 0, TJ_CPU_WEIGHTS_BF16, TJ_CPU_ACT_BF16, TJ_CPU_ACT_BF16, TJ_CPU_DOT_DPBF16},
 };
 
 const tj_cpu_config *tj_cpu_config_space(int *count)
 {
     *count = (int)(sizeof config_space / sizeof *config_space);
     return config_space;
+}
+
+int tj_cpu_host_bf16(void)
+{
+    char *f = LLVMGetHostCPUFeatures();
+    int has = f && strstr(f, "+avx512bf16") && strstr(f, "+avx512f");
+    LLVMDisposeMessage(f);
+    return has;
 }
 
 int tj_cpu_host_vec(void)
@@ -114,11 +135,15 @@ void tj_cpu_config_resolve(tj_cpu_config *c, const tj_layer *l)
         double kept = l->ntiles ? (double)l->tile_ptr[l->ntiles] / ((double)l->ntiles * (double)l->k) : 1.0;
         c->order = kept < 0.2 ? 1 : 0;
     }
+    if (c->dtype == TJ_CPU_ACT_BF16) {
+        c->weights = TJ_CPU_WEIGHTS_BF16; /* both dot products read bf16 weights */
+        if (c->dot == TJ_CPU_DOT_AUTO) c->dot = c->vec == 16 && tj_cpu_host_bf16() ? TJ_CPU_DOT_DPBF16 : TJ_CPU_DOT_FMA;
+    }
 }
 
 int64_t tj_cpu_config_kc(const tj_cpu_config *c)
 {
-    if (c->offsets == TJ_CPU_OFFSETS_UNROLLED || c->pack) return INT32_MAX; /* whole tiles */
+    if (c->offsets == TJ_CPU_OFFSETS_UNROLLED || c->pack || c->dtype == TJ_CPU_ACT_BF16) return INT32_MAX; /* whole tiles */
     /* 0: no k-blocking. Chunks that keep the weight slice in L1 measured slower on BERT-base
      * shapes (the gathered X, not the weights, is what streams from L2), so the tuner decides. */
     return c->kc > 0 ? c->kc : INT32_MAX;
@@ -144,8 +169,10 @@ tj_status tj_cpu_config_check(const tj_cpu_config *c, tj_error *err)
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: unroll %d is outside [1, 64]", c->unroll);
     if (c->order < -1 || c->order > 1)
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: order %d is not -1 (auto), 0 or 1", c->order);
-    if (c->pack != 0 && c->pack != 1)
-        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: pack %d is not 0 or 1", c->pack);
+    if (c->pack < 0 || c->pack > 2)
+        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: pack %d is not 0, 1 or 2", c->pack);
+    if (c->pack == 2 && c->dot == TJ_CPU_DOT_DPBF16)
+        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: dot dpbf16 reads X as row pairs (pack 0 or 1, not the pack 2 panels)");
     if (c->pack && c->offsets == TJ_CPU_OFFSETS_UNROLLED)
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: pack needs \"offsets\": \"table\" (packed rows need no offsets)");
     if (c->kc < 0 || c->kc > 1 << 24)
@@ -154,6 +181,16 @@ tj_status tj_cpu_config_check(const tj_cpu_config *c, tj_error *err)
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: weights %d is not auto, f32 or bf16", c->weights);
     if (c->serial < -1)
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: serial %d is not -1 (always parallel), 0 (built-in) or a kFLOP threshold", c->serial);
+    if (c->dtype < 0 || c->dtype > 1 || c->out < 0 || c->out > 1 || c->dot < 0 || c->dot > 2)
+        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: dtype/out/dot out of range");
+    if (c->dtype == TJ_CPU_ACT_BF16 && c->offsets == TJ_CPU_OFFSETS_UNROLLED)
+        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: dtype bf16 needs \"offsets\": \"table\" (bf16 X is staged like pack 1)");
+    if (c->dtype == TJ_CPU_ACT_BF16 && c->weights == TJ_CPU_WEIGHTS_F32)
+        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: dtype bf16 reads bf16 weights (\"weights\": \"bf16\" or \"auto\")");
+    if (c->dot != TJ_CPU_DOT_AUTO && c->dtype != TJ_CPU_ACT_BF16)
+        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: dot applies to dtype bf16 only");
+    if (c->dot == TJ_CPU_DOT_DPBF16 && c->vec != 16)
+        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: dot dpbf16 (vdpbf16ps) needs vec 16 (AVX-512), not %d", c->vec);
     if (c->mb < 0 || c->mb > 1 << 20)
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: mb %d is outside [0, 2^20]", c->mb);
     return TJ_OK;
@@ -167,6 +204,20 @@ static tj_status json_int(json_t *o, const char *key, int lo, int hi, int *out, 
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: '%s' must be an integer in [%d, %d]", key, lo, hi);
     *out = (int)json_integer_value(v);
     return TJ_OK;
+}
+
+static tj_status json_enum(json_t *o, const char *key, const char *const *names, int *out, tj_error *err)
+{
+    json_t *v = json_object_get(o, key);
+    if (!v) return TJ_OK;
+    const char *m = json_string_value(v);
+    for (int i = 0; m && names[i]; i++)
+        if (strcmp(m, names[i]) == 0) {
+            *out = i;
+            return TJ_OK;
+        }
+    return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: '%s' must be one of \"%s\", \"%s\"%s%s%s", key, names[0],
+                   names[1], names[2] ? ", \"" : "", names[2] ? names[2] : "", names[2] ? "\"" : "");
 }
 
 tj_status tj_cpu_config_from_json(const char *json, tj_cpu_config *out, tj_error *err)
@@ -184,8 +235,9 @@ tj_status tj_cpu_config_from_json(const char *json, tj_cpu_config *out, tj_error
     json_t *v;
     json_object_foreach(o, key, v) {
         if (strcmp(key, "mr") && strcmp(key, "nr") && strcmp(key, "offsets") && strcmp(key, "unroll") &&
-            strcmp(key, "mb") && strcmp(key, "kc") && strcmp(key, "pack") && strcmp(key, "order") && strcmp(key, "vec") && strcmp(key, "serial") && strcmp(key, "weights") && strcmp(key, "backend")) {
-            s = tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: unknown key '%s' (mr, nr, offsets, unroll, mb, kc, pack, order, vec, serial, weights)", key);
+            strcmp(key, "mb") && strcmp(key, "kc") && strcmp(key, "pack") && strcmp(key, "order") && strcmp(key, "vec") && strcmp(key, "serial") && strcmp(key, "weights") && strcmp(key, "backend") &&
+            strcmp(key, "dtype") && strcmp(key, "out") && strcmp(key, "dot")) {
+            s = tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: unknown key '%s' (mr, nr, offsets, unroll, mb, kc, pack, order, vec, serial, weights, dtype, out, dot)", key);
             goto done;
         }
     }
@@ -195,7 +247,7 @@ tj_status tj_cpu_config_from_json(const char *json, tj_cpu_config *out, tj_error
     if ((s = json_int(o, "mb", 0, 1 << 20, &out->mb, err))) goto done;
     if ((s = json_int(o, "vec", 0, 16, &out->vec, err))) goto done;
     if ((s = json_int(o, "kc", 0, 1 << 24, &out->kc, err))) goto done;
-    if ((s = json_int(o, "pack", 0, 1, &out->pack, err))) goto done;
+    if ((s = json_int(o, "pack", 0, 2, &out->pack, err))) goto done;
     if ((s = json_int(o, "order", -1, 1, &out->order, err))) goto done;
     if ((s = json_int(o, "serial", -1, 1 << 30, &out->serial, err))) goto done;
     v = json_object_get(o, "weights");
@@ -209,6 +261,10 @@ tj_status tj_cpu_config_from_json(const char *json, tj_cpu_config *out, tj_error
             goto done;
         }
     }
+    static const char *const act_names[] = {"f32", "bf16", NULL}, *const dot_names[] = {"auto", "fma", "dpbf16", NULL};
+    if ((s = json_enum(o, "dtype", act_names, &out->dtype, err))) goto done;
+    if ((s = json_enum(o, "out", act_names, &out->out, err))) goto done;
+    if ((s = json_enum(o, "dot", dot_names, &out->dot, err))) goto done;
     v = json_object_get(o, "offsets");
     if (v) {
         const char *m = json_string_value(v);
@@ -226,16 +282,58 @@ done:
 
 char *tj_cpu_config_to_json(const tj_cpu_config *c)
 {
-    char buf[300], ser[80] = "";
+    char buf[400], ser[160] = "";
     size_t o = 0;
     if (c->serial) o += (size_t)snprintf(ser, sizeof ser, ", \"serial\": %d", c->serial); /* defaults left out */
     if (c->weights)
-        snprintf(ser + o, sizeof ser - o, ", \"weights\": \"%s\"", c->weights == TJ_CPU_WEIGHTS_BF16 ? "bf16" : "f32");
+        o += (size_t)snprintf(ser + o, sizeof ser - o, ", \"weights\": \"%s\"", c->weights == TJ_CPU_WEIGHTS_BF16 ? "bf16" : "f32");
+    if (c->dtype) o += (size_t)snprintf(ser + o, sizeof ser - o, ", \"dtype\": \"bf16\"");
+    if (c->out) o += (size_t)snprintf(ser + o, sizeof ser - o, ", \"out\": \"bf16\"");
+    if (c->dot)
+        snprintf(ser + o, sizeof ser - o, ", \"dot\": \"%s\"", c->dot == TJ_CPU_DOT_DPBF16 ? "dpbf16" : "fma");
     snprintf(buf, sizeof buf,
              "{\"mr\": %d, \"nr\": %d, \"offsets\": \"%s\", \"unroll\": %d, \"mb\": %d, \"kc\": %d, \"pack\": %d, \"order\": %d, \"vec\": %d%s}",
              c->mr, c->nr, c->offsets == TJ_CPU_OFFSETS_UNROLLED ? "unrolled" : "table", c->unroll, c->mb, c->kc, c->pack,
              c->order, c->vec, ser);
     return strdup(buf);
+}
+
+void tj_cpu_pack_weights(const tj_plan *p, const tj_cpu_config *cfg, const void *w, tj_dtype wdt, void *dst)
+{
+    const tj_layer *l = p->layer;
+    int bf = cfg->weights == TJ_CPU_WEIGHTS_BF16, pairs = cfg->dot == TJ_CPU_DOT_DPBF16;
+    int64_t nrb = cfg->nr;
+    memset(dst, 0, (size_t)p->packed_elems * (bf ? 2 : 4));
+    for (int64_t t = 0; t < l->ntiles; t++) {
+        const int32_t *rows = l->tile_rows + l->tile_ptr[t];
+        int64_t nr = tj_tile_nrows(l, t), width = tj_tile_width(l, t), ld = p->ld[t];
+        /* 16 columns at a time, rows outer: the 16 weight rows read stay in cache as r
+         * advances, and each packed row segment is written in one or two runs */
+        for (int64_t c0 = 0; c0 < width; c0 += 16) {
+            int64_t cw = width - c0 < 16 ? width - c0 : 16, base[16];
+            for (int64_t c = 0; c < cw; c++) base[c] = tj_layer_col(l, t * l->g + c0 + c) * l->k;
+            int64_t blk[16], bw[16], cb[16];
+            for (int64_t c = 0; c < cw; c++) { /* column block of feature c0 + c: start, (padded) width */
+                int64_t cc = c0 + c, b0 = cc / nrb * nrb;
+                bw[c] = ld - b0 < nrb ? ld - b0 : nrb;
+                cb[c] = cc - b0;
+                blk[c] = p->off[t] + b0 * nr;
+            }
+            for (int64_t r = 0; r < nr; r++) {
+                for (int64_t c = 0; c < cw; c++) {
+                    int64_t i = base[c] + rows[r];
+                    int64_t at = !pairs || (r == nr - 1 && nr % 2) ? blk[c] + r * bw[c] + cb[c]
+                                                                   : blk[c] + r / 2 * 2 * bw[c] + 2 * cb[c] + (r & 1);
+                    if (!bf) {
+                        if (wdt == TJ_F32) memcpy((float *)dst + at, (const char *)w + 4 * i, 4);
+                        else ((float *)dst)[at] = tj_load_f32(w, wdt, i);
+                    } else {
+                        ((uint16_t *)dst)[at] = wdt == TJ_BF16 ? tj_load_u16(w, i) : tj_f32_to_bf16(tj_load_f32(w, wdt, i));
+                    }
+                }
+            }
+        }
+    }
 }
 
 /* ---------------------------------------------------------------- emitter state */
@@ -259,6 +357,9 @@ typedef struct em {
     LLVMValueRef g_offs, g_cols, g_tab[6];
     LLVMValueRef xs;            /* packed micro-kernels: the x token stride parameter */
     int packed;                 /* emitting a packed micro-kernel (offsets are r itself) */
+    int packed_item;            /* X staging of the item: 0 none, 1 token rows, 2 mr-token panels */
+    int xbf, ybf, dp;           /* x bf16, y bf16, vdpbf16ps inner product */
+    LLVMTypeRef xty, yty, xpty; /* element types of x, y and the staged X (f32 or i16) */
     char *cpu, *features;
     int oom;                    /* sticky: a table could not be built (out of memory) */
 } em;
@@ -344,6 +445,40 @@ static LLVMValueRef splat_v(em *e, LLVMValueRef s)
     LLVMValueRef v = LLVMBuildInsertElement(e->b, LLVMGetPoison(e->vf), s, ci32(e, 0), "");
     if (e->V == 1) return v;
     return LLVMBuildShuffleVector(e->b, v, LLVMGetPoison(e->vf), LLVMConstNull(LLVMVectorType(e->i32, (unsigned)e->V)), "");
+}
+
+/* An integer constant of type ty (scalar or vector). */
+static LLVMValueRef cint(em *e, LLVMTypeRef ty, int64_t v)
+{
+    (void)e;
+    if (LLVMGetTypeKind(ty) != LLVMVectorTypeKind) return LLVMConstInt(ty, (unsigned long long)v, 0);
+    LLVMValueRef el[32], s = LLVMConstInt(LLVMGetElementType(ty), (unsigned long long)v, 0);
+    unsigned n = LLVMGetVectorSize(ty);
+    for (unsigned i = 0; i < n; i++) el[i] = s;
+    return LLVMConstVector(el, n);
+}
+
+/* bf16 (i16 or <V x i16>) → fp32, exact: the high half of an fp32. */
+static LLVMValueRef bf16_widen(em *e, LLVMValueRef h)
+{
+    int vec = LLVMGetTypeKind(LLVMTypeOf(h)) == LLVMVectorTypeKind;
+    LLVMTypeRef it = vec ? e->vi32 : e->i32;
+    LLVMValueRef z = LLVMBuildShl(e->b, LLVMBuildZExt(e->b, h, it, ""), cint(e, it, 16), "");
+    return LLVMBuildBitCast(e->b, z, vec ? e->vf : e->f32, "");
+}
+
+/* fp32 → bf16, rounded to nearest even; NaN stays a (quiet) NaN. */
+static LLVMValueRef bf16_round(em *e, LLVMValueRef v)
+{
+    int vec = LLVMGetTypeKind(LLVMTypeOf(v)) == LLVMVectorTypeKind;
+    LLVMTypeRef it = vec ? e->vi32 : e->i32;
+    LLVMValueRef bits = LLVMBuildBitCast(e->b, v, it, "");
+    LLVMValueRef hi = LLVMBuildLShr(e->b, bits, cint(e, it, 16), "");
+    LLVMValueRef lsb = LLVMBuildAnd(e->b, hi, cint(e, it, 1), "");
+    LLVMValueRef r = LLVMBuildLShr(e->b, LLVMBuildAdd(e->b, LLVMBuildAdd(e->b, bits, cint(e, it, 0x7fff), ""), lsb, ""), cint(e, it, 16), "");
+    LLVMValueRef nan = LLVMBuildFCmp(e->b, LLVMRealUNO, v, v, "");
+    r = LLVMBuildSelect(e->b, nan, LLVMBuildOr(e->b, hi, cint(e, it, 0x40), ""), r, "");
+    return LLVMBuildTrunc(e->b, r, vec ? e->vi16 : e->i16, "");
 }
 
 /* erf(v) for |v| ≤ 4 by a rational minimax fit (Eigen's/XLA's float erf), clamped outside:
@@ -439,7 +574,9 @@ static void emit_epilogue(em *e, int mr, int nv, LLVMValueRef fn, LLVMValueRef *
     for (int i = 0; i < e->V; i++) iota_el[i] = ci32(e, i);
     LLVMValueRef iota = LLVMConstVector(iota_el, (unsigned)e->V);
     LLVMTypeRef st_ty, sc_ty = NULL;
-    LLVMTypeRef st_ov[2] = {e->vf, e->ptr}, sc_ov[2] = {e->vf, e->vptr};
+    LLVMTypeRef vy = e->ybf ? e->vi16 : e->vf;
+    unsigned yal = e->ybf ? 2 : 4;
+    LLVMTypeRef st_ov[2] = {vy, e->ptr}, sc_ov[2] = {vy, e->vptr};
     LLVMValueRef mstore = intrinsic(e, "llvm.masked.store", st_ov, 2, &st_ty);
     LLVMValueRef mscatter = e->l->cols ? intrinsic(e, "llvm.masked.scatter", sc_ov, 2, &sc_ty) : NULL;
     LLVMValueRef bias[16], mask[16], colidx[16];
@@ -452,17 +589,35 @@ static void emit_epilogue(em *e, int mr, int nv, LLVMValueRef fn, LLVMValueRef *
         mask[j] = LLVMBuildICmp(e->b, LLVMIntSLT, iota, lv, "");
         colidx[j] = e->l->cols ? load(e, e->vi32, gep(e, e->i32, cols, ci64(e, j * e->V)), 4) : NULL;
     }
+    LLVMValueRef vals[TJ_CPU_MAX_MR * 16];
+    for (int i = 0; i < mr * nv; i++) {
+        LLVMValueRef v = LLVMBuildFAdd(e->b, acc[i], bias[i % nv], "");
+        if (e->fused_act) v = emit_act(e, e->vf, v);
+        vals[i] = e->ybf ? bf16_round(e, v) : v;
+    }
+    if (!e->l->cols) {
+        /* whole blocks (all but a tile's last one) take plain stores: AVX2's masked stores
+         * (vmaskmovps) cost several times a store on Zen */
+        LLVMBasicBlockRef full = LLVMAppendBasicBlockInContext(e->c, fn, "store.full");
+        LLVMBasicBlockRef part = LLVMAppendBasicBlockInContext(e->c, fn, "store.masked");
+        LLVMBuildCondBr(e->b, LLVMBuildICmp(e->b, LLVMIntSGE, valid, ci32(e, nv * e->V), ""), full, part);
+        LLVMPositionBuilderAtEnd(e->b, full);
+        for (int i = 0; i < mr; i++)
+            for (int j = 0; j < nv; j++)
+                store(e, vals[i * nv + j], gep(e, e->yty, y, ci64(e, i * e->l->n + j * e->V)), yal);
+        LLVMBuildRetVoid(e->b);
+        LLVMPositionBuilderAtEnd(e->b, part);
+    }
     for (int i = 0; i < mr; i++) {
-        LLVMValueRef yrow = gep(e, e->f32, y, ci64(e, i * e->l->n));
+        LLVMValueRef yrow = gep(e, e->yty, y, ci64(e, i * e->l->n));
         for (int j = 0; j < nv; j++) {
-            LLVMValueRef v = LLVMBuildFAdd(e->b, acc[i * nv + j], bias[j], "");
-            if (e->fused_act) v = emit_act(e, e->vf, v);
+            LLVMValueRef v = vals[i * nv + j];
             if (!e->l->cols) {
-                LLVMValueRef a[4] = {v, gep(e, e->f32, yrow, ci64(e, j * e->V)), ci32(e, 4), mask[j]};
+                LLVMValueRef a[4] = {v, gep(e, e->yty, yrow, ci64(e, j * e->V)), ci32(e, yal), mask[j]};
                 call(e, st_ty, mstore, a, 4);
             } else {
-                LLVMValueRef ptrs = LLVMBuildInBoundsGEP2(e->b, e->f32, yrow, &colidx[j], 1, "");
-                LLVMValueRef a[4] = {v, ptrs, ci32(e, 4), mask[j]};
+                LLVMValueRef ptrs = LLVMBuildInBoundsGEP2(e->b, e->yty, yrow, &colidx[j], 1, "");
+                LLVMValueRef a[4] = {v, ptrs, ci32(e, yal), mask[j]};
                 call(e, sc_ty, mscatter, a, 4);
             }
         }
@@ -484,7 +639,9 @@ static LLVMValueRef emit_mk_table(em *e, int mr, int nv)
     snprintf(name, sizeof name, "%s.mk%s_%d_%d", e->prefix, e->packed ? "p" : "", mr, nv);
     LLVMValueRef fn = new_fn(e, name, e->mk_ty, 1);
     LLVMValueRef x = LLVMGetParam(fn, MK_X), w = LLVMGetParam(fn, MK_W), offs = LLVMGetParam(fn, MK_OFFS);
-    e->xs = e->packed ? LLVMGetParam(fn, MK_XS) : NULL;
+    /* packed X: token stride MK_XS (pack 1), or mr-token panels (pack 2): x[r·mr + i] */
+    e->xs = e->packed == 2 ? ci64(e, 1) : e->packed ? LLVMGetParam(fn, MK_XS) : NULL;
+    LLVMValueRef rs = ci64(e, e->packed == 2 ? e->cfg->mr : 1);
     LLVMValueRef nrows = LLVMGetParam(fn, MK_NROWS), ld = LLVMGetParam(fn, MK_LD);
     int na = mr * nv, U = e->cfg->unroll;
     int sets = 8 / na < 1 ? 1 : 8 / na;
@@ -517,7 +674,7 @@ static LLVMValueRef emit_mk_table(em *e, int mr, int nv)
     for (int a = 0; a < nt; a++) acc[a] = phis[a] = LLVMBuildPhi(e->b, e->vf, "");
     for (int u = 0; u < U; u++) {
         LLVMValueRef ru = u ? LLVMBuildAdd(e->b, r, ci64(e, u), "") : r;
-        LLVMValueRef off = e->packed ? ru : LLVMBuildSExt(e->b, load(e, e->i32, gep(e, e->i32, offs, ru), 4), e->i64, "");
+        LLVMValueRef off = e->packed ? LLVMBuildMul(e->b, ru, rs, "") : LLVMBuildSExt(e->b, load(e, e->i32, gep(e, e->i32, offs, ru), 4), e->i64, "");
         LLVMValueRef wrow = gep(e, e->wty, w, LLVMBuildMul(e->b, ru, ld, ""));
         emit_row(e, mr, nv, x, wrow, off, acc + (u % sets) * na);
     }
@@ -556,7 +713,7 @@ static LLVMValueRef emit_mk_table(em *e, int mr, int nv)
     LLVMValueRef r1 = LLVMBuildPhi(e->b, e->i64, "r1");
     for (int a = 0; a < na; a++) acc[a] = rphis[a] = LLVMBuildPhi(e->b, e->vf, "");
     {
-        LLVMValueRef off = e->packed ? r1 : LLVMBuildSExt(e->b, load(e, e->i32, gep(e, e->i32, offs, r1), 4), e->i64, "");
+        LLVMValueRef off = e->packed ? LLVMBuildMul(e->b, r1, rs, "") : LLVMBuildSExt(e->b, load(e, e->i32, gep(e, e->i32, offs, r1), 4), e->i64, "");
         emit_row(e, mr, nv, x, gep(e, e->wty, w, LLVMBuildMul(e->b, r1, ld, "")), off, acc);
     }
     LLVMValueRef r1n = LLVMBuildAdd(e->b, r1, ci64(e, 1), "");
@@ -594,6 +751,116 @@ static LLVMValueRef emit_mk_table(em *e, int mr, int nv)
     return fn;
 }
 
+/* dot dpbf16 (avx512_bf16): acc[i][j] += x pair · w pair per pair of kept rows, vdpbf16ps
+ * summing both products into each fp32 lane. x: the staged bf16 X (token stride MK_XS, pairs
+ * at even positions); w: the column block's pair-packed weights (tj_cpu_pack_weights), pair p
+ * at w + p·2·ld and an odd last row, widened to fp32, at w + (nrows−1)·ld. */
+static LLVMValueRef emit_mk_dp(em *e, int mr, int nv)
+{
+    char name[128];
+    snprintf(name, sizeof name, "%s.mkd_%d_%d", e->prefix, mr, nv);
+    LLVMValueRef fn = new_fn(e, name, e->mk_ty, 1);
+    LLVMValueRef x = LLVMGetParam(fn, MK_X), w = LLVMGetParam(fn, MK_W), nrows = LLVMGetParam(fn, MK_NROWS);
+    LLVMValueRef ld = LLVMGetParam(fn, MK_LD), xs = LLVMGetParam(fn, MK_XS);
+    LLVMValueRef flags = LLVMGetParam(fn, MK_FLAGS), scr = LLVMGetParam(fn, MK_SCR);
+    int na = mr * nv;
+    unsigned id = LLVMLookupIntrinsicID("llvm.x86.avx512bf16.dpbf16ps.512", 32);
+    LLVMTypeRef dty = LLVMIntrinsicGetType(e->c, id, NULL, 0);
+    LLVMValueRef dpf = LLVMGetIntrinsicDeclaration(e->m, id, NULL, 0);
+    LLVMTypeRef pty[3];
+    LLVMGetParamTypes(dty, pty); /* <32 x bfloat> in LLVM 17+, <16 x i32> before */
+    LLVMTypeRef vi32 = e->vi32;
+    enum { MAXACC = 32 };
+    LLVMValueRef init[MAXACC], acc[MAXACC], phis[MAXACC], hphis[MAXACC], fin[MAXACC];
+    LLVMBasicBlockRef entry = LLVMAppendBasicBlockInContext(e->c, fn, "entry");
+    LLVMBasicBlockRef body = LLVMAppendBasicBlockInContext(e->c, fn, "pairs");
+    LLVMBasicBlockRef th = LLVMAppendBasicBlockInContext(e->c, fn, "tail.head");
+    LLVMBasicBlockRef tail = LLVMAppendBasicBlockInContext(e->c, fn, "tail");
+    LLVMBasicBlockRef epi = LLVMAppendBasicBlockInContext(e->c, fn, "epilogue");
+    LLVMPositionBuilderAtEnd(e->b, entry);
+    LLVMValueRef first = LLVMBuildICmp(e->b, LLVMIntNE, LLVMBuildAnd(e->b, flags, ci64(e, MK_FIRST), ""), ci64(e, 0), "");
+    for (int a = 0; a < na; a++)
+        init[a] = LLVMBuildSelect(e->b, first, LLVMConstNull(e->vf), load(e, e->vf, gep(e, e->f32, scr, ci64(e, a * e->V)), 4), "");
+    LLVMValueRef npairs = LLVMBuildLShr(e->b, nrows, ci64(e, 1), "npairs");
+    LLVMValueRef wpair = w;
+    LLVMBuildCondBr(e->b, LLVMBuildICmp(e->b, LLVMIntSGT, npairs, ci64(e, 0), ""), body, th);
+
+    LLVMPositionBuilderAtEnd(e->b, body);
+    LLVMValueRef pp = LLVMBuildPhi(e->b, e->i64, "p");
+    for (int a = 0; a < na; a++) acc[a] = phis[a] = LLVMBuildPhi(e->b, e->vf, "");
+    LLVMValueRef wrow = gep(e, e->i16, wpair, LLVMBuildMul(e->b, pp, LLVMBuildShl(e->b, ld, ci64(e, 1), ""), ""));
+    LLVMValueRef wv[16];
+    for (int j = 0; j < nv; j++) wv[j] = load(e, pty[2], gep(e, e->i16, wrow, ci64(e, j * 2 * e->V)), 2);
+    for (int i = 0; i < mr; i++) {
+        LLVMValueRef xi = LLVMBuildAdd(e->b, LLVMBuildMul(e->b, ci64(e, i), xs, ""), LLVMBuildShl(e->b, pp, ci64(e, 1), ""), "");
+        LLVMValueRef pair = load(e, e->i32, gep(e, e->i16, x, xi), 4);
+        LLVMValueRef v = LLVMBuildInsertElement(e->b, LLVMGetPoison(vi32), pair, ci32(e, 0), "");
+        v = LLVMBuildShuffleVector(e->b, v, LLVMGetPoison(vi32), LLVMConstNull(vi32), "");
+        v = LLVMBuildBitCast(e->b, v, pty[1], "");
+        for (int j = 0; j < nv; j++) {
+            LLVMValueRef a3[3] = {acc[i * nv + j], v, wv[j]};
+            acc[i * nv + j] = call(e, dty, dpf, a3, 3);
+        }
+    }
+    LLVMValueRef pn = LLVMBuildAdd(e->b, pp, ci64(e, 1), "");
+    LLVMBuildCondBr(e->b, LLVMBuildICmp(e->b, LLVMIntSLT, pn, npairs, ""), body, th);
+    LLVMBasicBlockRef body_end = LLVMGetInsertBlock(e->b);
+    LLVMValueRef iv[2];
+    LLVMBasicBlockRef ib[2] = {entry, body_end};
+    iv[0] = ci64(e, 0);
+    iv[1] = pn;
+    LLVMAddIncoming(pp, iv, ib, 2);
+    for (int a = 0; a < na; a++) {
+        iv[0] = init[a];
+        iv[1] = acc[a];
+        LLVMAddIncoming(phis[a], iv, ib, 2);
+    }
+
+    LLVMPositionBuilderAtEnd(e->b, th);
+    for (int a = 0; a < na; a++) {
+        hphis[a] = LLVMBuildPhi(e->b, e->vf, "");
+        iv[0] = init[a];
+        iv[1] = acc[a];
+        LLVMAddIncoming(hphis[a], iv, ib, 2);
+    }
+    LLVMValueRef odd = LLVMBuildICmp(e->b, LLVMIntNE, LLVMBuildAnd(e->b, nrows, ci64(e, 1), ""), ci64(e, 0), "");
+    LLVMBuildCondBr(e->b, odd, tail, epi);
+
+    /* the odd last row: plain bf16 row, widened, fp32 FMA */
+    LLVMPositionBuilderAtEnd(e->b, tail);
+    LLVMValueRef rl = LLVMBuildSub(e->b, nrows, ci64(e, 1), "");
+    LLVMValueRef wl = gep(e, e->i16, w, LLVMBuildMul(e->b, rl, ld, ""));
+    for (int j = 0; j < nv; j++) wv[j] = bf16_widen(e, load(e, e->vi16, gep(e, e->i16, wl, ci64(e, j * e->V)), 2));
+    for (int i = 0; i < mr; i++) {
+        LLVMValueRef xi = LLVMBuildAdd(e->b, LLVMBuildMul(e->b, ci64(e, i), xs, ""), rl, "");
+        LLVMValueRef b = splat_v(e, bf16_widen(e, load(e, e->i16, gep(e, e->i16, x, xi), 2)));
+        for (int j = 0; j < nv; j++) {
+            LLVMValueRef a3[3] = {b, wv[j], hphis[i * nv + j]};
+            acc[i * nv + j] = call(e, e->fma_ty, e->fma, a3, 3);
+        }
+    }
+    LLVMBuildBr(e->b, epi);
+
+    LLVMPositionBuilderAtEnd(e->b, epi);
+    LLVMBasicBlockRef eb[2] = {th, tail};
+    for (int a = 0; a < na; a++) {
+        fin[a] = LLVMBuildPhi(e->b, e->vf, "");
+        iv[0] = hphis[a];
+        iv[1] = acc[a];
+        LLVMAddIncoming(fin[a], iv, eb, 2);
+    }
+    LLVMBasicBlockRef out = LLVMAppendBasicBlockInContext(e->c, fn, "out");
+    LLVMBasicBlockRef keep = LLVMAppendBasicBlockInContext(e->c, fn, "partial");
+    LLVMValueRef last = LLVMBuildAnd(e->b, flags, ci64(e, MK_LAST), "");
+    LLVMBuildCondBr(e->b, LLVMBuildICmp(e->b, LLVMIntNE, last, ci64(e, 0), ""), out, keep);
+    LLVMPositionBuilderAtEnd(e->b, keep);
+    for (int a = 0; a < na; a++) store(e, fin[a], gep(e, e->f32, scr, ci64(e, a * e->V)), 4);
+    LLVMBuildRetVoid(e->b);
+    LLVMPositionBuilderAtEnd(e->b, out);
+    emit_epilogue(e, mr, nv, fn, fin);
+    return fn;
+}
+
 /* Unrolled mode: straight-line code over tile t's kept rows, offsets and ld as immediates. */
 static LLVMValueRef emit_mk_unrolled(em *e, int64_t t)
 {
@@ -606,7 +873,7 @@ static LLVMValueRef emit_mk_unrolled(em *e, int64_t t)
     LLVMValueRef acc[TJ_CPU_MAX_MR * 16];
     zero_acc(e, na, acc);
     const int32_t *rows = e->l->tile_rows + e->l->tile_ptr[t];
-    int64_t nr = tj_tile_nrows(e->l, t), ld = e->p->ld[t];
+    int64_t nr = tj_tile_nrows(e->l, t), ld = e->cfg->nr; /* full blocks only: row stride nr */
     for (int64_t r = 0; r < nr; r++) {
         if (r && r % e->cfg->unroll == 0) { /* chunk boundary: a new block keeps blocks small */
             LLVMBasicBlockRef nb = LLVMAppendBasicBlockInContext(e->c, fn, "chunk");
@@ -737,8 +1004,8 @@ static tj_status emit_item(em *e, tj_cpu_emit_info *info, tj_error *err)
         for (int b = 1; b <= nv; b++) {
             if (!need_nv[b]) { mk[(a - 1) * nv + (b - 1)] = LLVMConstNull(e->ptr); continue; }
             if (!variant[v][b]) {
-                e->packed = e->cfg->pack;
-                variant[v][b] = emit_mk_table(e, v, b);
+                e->packed = e->cfg->pack ? e->cfg->pack : e->xbf;
+                variant[v][b] = e->dp ? emit_mk_dp(e, v, b) : emit_mk_table(e, v, b);
                 e->packed = 0;
             }
             mk[(a - 1) * nv + (b - 1)] = variant[v][b];
@@ -781,8 +1048,8 @@ static tj_status emit_item(em *e, tj_cpu_emit_info *info, tj_error *err)
     LLVMValueRef scr = LLVMBuildArrayAlloca(e->b, e->f32, ci64(e, mbmax * nv * V), "scratch");
     LLVMSetAlignment(scr, 64);
     LLVMValueRef xp = NULL;
-    if (e->cfg->pack) {
-        xp = LLVMBuildArrayAlloca(e->b, e->f32, ci64(e, mbmax * (rpmax > 0 ? rpmax : 1)), "xpacked");
+    if (e->cfg->pack || e->xbf) {
+        xp = LLVMBuildArrayAlloca(e->b, e->xpty, ci64(e, mbmax * (rpmax > 0 ? rpmax : 1)), "xpacked");
         LLVMSetAlignment(xp, 64);
     }
     LLVMValueRef tv[6];
@@ -790,25 +1057,47 @@ static tj_status emit_item(em *e, tj_cpu_emit_info *info, tj_error *err)
     LLVMValueRef offs = gep(e, e->i32, e->g_offs, tv[T_ROWBEG]);
     LLVMValueRef nrv = ci64(e, (int64_t)nv * V);
     LLVMValueRef rp = NULL;
-    if (xp) {
+    if (xp && e->packed_item == 2) {
+        /* pack 2: mr-token panels, xp[p][r][i] = x[m0 + p·mr + i][rows_t[r]] (BLIS's packed A):
+         * a register block's broadcasts then read one contiguous, sequential stream */
+        rp = tv[T_NROWS];
+        LLVMValueRef mrc = ci64(e, e->cfg->mr);
+        loop pi;
+        loop_begin(e, fn, &pi, m0, m1, ci64(e, 1));
+        LLVMValueRef t = LLVMBuildSub(e->b, pi.iv, m0, "");
+        LLVMValueRef pofs = LLVMBuildAdd(e->b, LLVMBuildMul(e->b, LLVMBuildSDiv(e->b, t, mrc, ""), LLVMBuildMul(e->b, mrc, rp, ""), ""),
+                                         LLVMBuildSRem(e->b, t, mrc, ""), "");
+        LLVMValueRef xrow = gep(e, e->xty, x, LLVMBuildMul(e->b, pi.iv, ci64(e, l->k), ""));
+        LLVMValueRef dst = gep(e, e->xpty, xp, pofs);
+        loop pr;
+        loop_begin(e, fn, &pr, ci64(e, 0), rp, ci64(e, 1));
+        LLVMValueRef idx = LLVMBuildSExt(e->b, load(e, e->i32, gep(e, e->i32, offs, pr.iv), 4), e->i64, "");
+        LLVMValueRef v = load(e, e->xty, gep(e, e->xty, xrow, idx), e->xbf ? 2 : 4);
+        if (e->xbf) v = bf16_widen(e, v);
+        store(e, v, gep(e, e->f32, dst, LLVMBuildMul(e->b, pr.iv, mrc, "")), 4);
+        loop_end(e, &pr);
+        loop_end(e, &pi);
+    } else if (xp) {
         /* pack: xp[i][r] = x[m0 + i][rows_t[r]] with vector gathers, once per item for all
          * column blocks: the micro-kernels then read contiguous, L1-resident rows */
         rp = LLVMBuildMul(e->b, LLVMBuildSDiv(e->b, LLVMBuildAdd(e->b, tv[T_NROWS], ci64(e, V - 1), ""), ci64(e, V), ""), ci64(e, V), "rp");
-        LLVMTypeRef g_ov[2] = {e->vf, e->vptr}, g_ty;
+        LLVMTypeRef g_ov[2] = {e->xbf ? e->vi16 : e->vf, e->vptr}, g_ty;
         LLVMValueRef gather = intrinsic(e, "llvm.masked.gather", g_ov, 2, &g_ty);
         LLVMValueRef ones[16];
         for (int i = 0; i < V; i++) ones[i] = LLVMConstInt(e->i1, 1, 0);
         LLVMValueRef all = LLVMConstVector(ones, (unsigned)V);
         loop pi;
         loop_begin(e, fn, &pi, m0, m1, ci64(e, 1));
-        LLVMValueRef xrow = gep(e, e->f32, x, LLVMBuildMul(e->b, pi.iv, ci64(e, l->k), ""));
-        LLVMValueRef dst = gep(e, e->f32, xp, LLVMBuildMul(e->b, LLVMBuildSub(e->b, pi.iv, m0, ""), rp, ""));
+        LLVMValueRef xrow = gep(e, e->xty, x, LLVMBuildMul(e->b, pi.iv, ci64(e, l->k), ""));
+        LLVMValueRef dst = gep(e, e->xpty, xp, LLVMBuildMul(e->b, LLVMBuildSub(e->b, pi.iv, m0, ""), rp, ""));
         loop pr;
         loop_begin(e, fn, &pr, ci64(e, 0), rp, ci64(e, V));
         LLVMValueRef idx = load(e, e->vi32, gep(e, e->i32, offs, pr.iv), 4);
-        LLVMValueRef ptrs = LLVMBuildInBoundsGEP2(e->b, e->f32, xrow, &idx, 1, "");
-        LLVMValueRef ga[4] = {ptrs, ci32(e, 4), all, LLVMGetPoison(e->vf)};
-        store(e, call(e, g_ty, gather, ga, 4), gep(e, e->f32, dst, pr.iv), (unsigned)(4 * V));
+        LLVMValueRef ptrs = LLVMBuildInBoundsGEP2(e->b, e->xty, xrow, &idx, 1, "");
+        LLVMValueRef ga[4] = {ptrs, ci32(e, e->xbf ? 2 : 4), all, LLVMGetPoison(e->xbf ? e->vi16 : e->vf)};
+        LLVMValueRef gv = call(e, g_ty, gather, ga, 4);
+        if (e->xbf && !e->dp) gv = bf16_widen(e, gv); /* fma: staged as fp32, widened once here */
+        store(e, gv, gep(e, e->xpty, dst, pr.iv), (unsigned)(e->xpty == e->f32 ? 4 * V : 2 * V));
         loop_end(e, &pr);
         loop_end(e, &pi);
     }
@@ -816,7 +1105,10 @@ static tj_status emit_item(em *e, tj_cpu_emit_info *info, tj_error *err)
     loop_begin(e, fn, &cb, ci64(e, 0), tv[T_WIDTH], nrv);
     LLVMValueRef valid = smin(e, nrv, LLVMBuildSub(e->b, tv[T_WIDTH], cb.iv, ""));
     LLVMValueRef nvb = LLVMBuildSDiv(e->b, LLVMBuildAdd(e->b, valid, ci64(e, V - 1), ""), ci64(e, V), "");
-    LLVMValueRef wblk = gep(e, e->wty, wp, LLVMBuildAdd(e->b, tv[T_WOFF], cb.iv, ""));
+    /* weights column-block-major (tj_cpu_pack_weights): the block's rows are contiguous, nr
+     * (or the tile's padded rest) apart, so they never alias in L1's sets */
+    LLVMValueRef wblk = gep(e, e->wty, wp, LLVMBuildAdd(e->b, tv[T_WOFF], LLVMBuildMul(e->b, cb.iv, tv[T_NROWS], ""), ""));
+    LLVMValueRef bld = smin(e, nrv, LLVMBuildSub(e->b, tv[T_LD], cb.iv, ""));
     LLVMValueRef colstart = LLVMBuildAdd(e->b, tv[T_COLBASE], cb.iv, "");
     LLVMValueRef bkb = gep(e, e->f32, bk, colstart);
     LLVMValueRef colsb = e->g_cols ? gep(e, e->i32, e->g_cols, colstart) : LLVMConstNull(e->ptr);
@@ -831,7 +1123,7 @@ static tj_status emit_item(em *e, tj_cpu_emit_info *info, tj_error *err)
     LLVMValueRef kflags = LLVMBuildOr(
         e->b, LLVMBuildZExt(e->b, LLVMBuildICmp(e->b, LLVMIntEQ, kl.iv, ci64(e, 0), ""), e->i64, ""),
         LLVMBuildShl(e->b, LLVMBuildZExt(e->b, LLVMBuildICmp(e->b, LLVMIntSGE, LLVMBuildAdd(e->b, kl.iv, ci64(e, kc), ""), tv[T_NROWS], ""), e->i64, ""), ci64(e, 1), ""), "");
-    LLVMValueRef kw = gep(e, e->wty, wblk, LLVMBuildMul(e->b, kl.iv, tv[T_LD], ""));
+    LLVMValueRef kw = gep(e, e->wty, wblk, LLVMBuildMul(e->b, kl.iv, bld, ""));
     LLVMValueRef koffs = gep(e, e->i32, offs, kl.iv);
     loop mb;
     loop_begin(e, fn, &mb, m0, m1, ci64(e, mr));
@@ -846,19 +1138,23 @@ static tj_status emit_item(em *e, tj_cpu_emit_info *info, tj_error *err)
         f = LLVMBuildSelect(e->b, full, unr_fn, f, "");
     }
     LLVMValueRef args[MK_NARGS];
-    args[MK_X] = xp ? gep(e, e->f32, xp, LLVMBuildMul(e->b, LLVMBuildSub(e->b, mb.iv, m0, ""), rp, ""))
+    LLVMValueRef tb = LLVMBuildSub(e->b, mb.iv, m0, "");
+    if (xp && e->packed_item == 2) /* panel of token tb, at its position inside the panel */
+        args[MK_X] = gep(e, e->f32, xp, LLVMBuildAdd(e->b, LLVMBuildMul(e->b, LLVMBuildSDiv(e->b, tb, ci64(e, mr), ""), LLVMBuildMul(e->b, ci64(e, mr), rp, ""), ""),
+                                                     LLVMBuildSRem(e->b, tb, ci64(e, mr), ""), ""));
+    else args[MK_X] = xp ? gep(e, e->xpty, xp, LLVMBuildMul(e->b, tb, rp, ""))
                     : gep(e, e->f32, x, LLVMBuildMul(e->b, mb.iv, ci64(e, l->k), ""));
     args[MK_XS] = rp ? rp : ci64(e, l->k);
     /* contiguous stores address y at the block's first feature; scatters use absolute cols */
     LLVMValueRef yoff = LLVMBuildMul(e->b, mb.iv, ci64(e, l->n), "");
     if (!l->cols) yoff = LLVMBuildAdd(e->b, yoff, colstart, "");
-    args[MK_Y] = gep(e, e->f32, y, yoff);
+    args[MK_Y] = gep(e, e->yty, y, yoff);
     args[MK_W] = kw;
     args[MK_OFFS] = koffs;
     args[MK_NROWS] = kn;
     args[MK_SCR] = gep(e, e->f32, scr, LLVMBuildMul(e->b, LLVMBuildSub(e->b, mb.iv, m0, ""), ci64(e, nv * V), ""));
     args[MK_FLAGS] = kflags;
-    args[MK_LD] = tv[T_LD];
+    args[MK_LD] = bld;
     args[MK_BK] = bkb;
     args[MK_COLS] = colsb;
     args[MK_VALID] = valid;
@@ -913,8 +1209,8 @@ static tj_status emit_post(em *e, tj_cpu_emit_info *info, tj_error *err)
     LLVMValueRef has_bias = LLVMBuildICmp(e->b, LLVMIntNE, bias, LLVMConstNull(e->ptr), "");
     loop ml;
     loop_begin(e, fn, &ml, LLVMGetParam(fn, 4), LLVMGetParam(fn, 5), ci64(e, 1));
-    LLVMValueRef xr = gep(e, e->f32, x, LLVMBuildMul(e->b, ml.iv, ci64(e, l->k), ""));
-    LLVMValueRef yr = gep(e, e->f32, y, LLVMBuildMul(e->b, ml.iv, ci64(e, l->n), ""));
+    LLVMValueRef xr = gep(e, e->xty, x, LLVMBuildMul(e->b, ml.iv, ci64(e, l->k), ""));
+    LLVMValueRef yr = gep(e, e->yty, y, LLVMBuildMul(e->b, ml.iv, ci64(e, l->n), ""));
     loop pl;
     loop_begin(e, fn, &pl, ci64(e, 0), ci64(e, np), ci64(e, 1));
     LLVMValueRef n = LLVMBuildSExt(e->b, load(e, e->i32, gep(e, e->i32, g_prow, pl.iv), 4), e->i64, "");
@@ -923,7 +1219,8 @@ static tj_status emit_post(em *e, tj_cpu_emit_info *info, tj_error *err)
     LLVMBasicBlockRef cur = LLVMGetInsertBlock(e->b);
     LLVMBasicBlockRef bb_bias = LLVMAppendBasicBlockInContext(e->c, fn, "bias");
     LLVMBasicBlockRef bb_join = LLVMAppendBasicBlockInContext(e->c, fn, "join");
-    LLVMValueRef yv = load(e, e->f32, gep(e, e->f32, yr, n), 4);
+    LLVMValueRef yv = load(e, e->yty, gep(e, e->yty, yr, n), e->ybf ? 2 : 4);
+    if (e->ybf) yv = bf16_widen(e, yv);
     LLVMValueRef pruned_zero_or_y = LLVMBuildSelect(e->b, pr, LLVMConstReal(e->f32, 0.0), yv, "");
     LLVMBuildCondBr(e->b, LLVMBuildAnd(e->b, pr, has_bias, ""), bb_bias, bb_join);
     LLVMPositionBuilderAtEnd(e->b, bb_bias);
@@ -947,7 +1244,9 @@ static tj_status emit_post(em *e, tj_cpu_emit_info *info, tj_error *err)
         LLVMPositionBuilderAtEnd(e->b, body);
         LLVMValueRef ei = LLVMBuildPhi(e->b, e->i64, ""), acc = LLVMBuildPhi(e->b, e->f32, "");
         LLVMValueRef kk = LLVMBuildSExt(e->b, load(e, e->i32, gep(e, e->i32, g_idx, ei), 4), e->i64, "");
-        LLVMValueRef a[3] = {load(e, e->f32, gep(e, e->f32, xr, kk), 4), load(e, e->f32, gep(e, e->f32, ewv, ei), 4), acc};
+        LLVMValueRef xv = load(e, e->xty, gep(e, e->xty, xr, kk), e->xbf ? 2 : 4);
+        if (e->xbf) xv = bf16_widen(e, xv);
+        LLVMValueRef a[3] = {xv, load(e, e->f32, gep(e, e->f32, ewv, ei), 4), acc};
         LLVMValueRef acc2 = call(e, e->fma_s_ty, e->fma_s, a, 3);
         LLVMValueRef en = LLVMBuildAdd(e->b, ei, ci64(e, 1), "");
         LLVMBuildCondBr(e->b, LLVMBuildICmp(e->b, LLVMIntSLT, en, e1, ""), body, done);
@@ -961,7 +1260,8 @@ static tj_status emit_post(em *e, tj_cpu_emit_info *info, tj_error *err)
         LLVMAddIncoming(v, &acc2, &body, 1);
     }
     v = emit_act(e, e->f32, v);
-    store(e, v, gep(e, e->f32, yr, n), 4);
+    if (e->ybf) v = bf16_round(e, v);
+    store(e, v, gep(e, e->yty, yr, n), e->ybf ? 2 : 4);
     loop_end(e, &pl);
     loop_end(e, &ml);
     LLVMBuildRetVoid(e->b);
@@ -973,9 +1273,18 @@ static tj_status emit_post(em *e, tj_cpu_emit_info *info, tj_error *err)
 tj_status tj_cpu_emit_module(LLVMContextRef llctx, const tj_layer *l, const tj_plan *plan, const tj_cpu_config *cfg,
                              const char *prefix, LLVMModuleRef *out, tj_cpu_emit_info *info, tj_error *err)
 {
+    return tj_cpu_emit_module_for(llctx, l, plan, cfg, prefix, NULL, NULL, out, info, err);
+}
+
+tj_status tj_cpu_emit_module_for(LLVMContextRef llctx, const tj_layer *l, const tj_plan *plan, const tj_cpu_config *cfg,
+                                 const char *prefix, const char *cpu, const char *features, LLVMModuleRef *out,
+                                 tj_cpu_emit_info *info, tj_error *err)
+{
     *out = NULL;
     memset(info, 0, sizeof *info);
     TJ_TRY(tj_cpu_config_check(cfg, err));
+    if (cfg->dtype == TJ_CPU_ACT_BF16 && (cfg->weights != TJ_CPU_WEIGHTS_BF16 || cfg->dot == TJ_CPU_DOT_AUTO))
+        return tj_fail(err, TJ_ERR_INTERNAL, "layer '%s': dtype bf16 config not resolved (weights, dot)", l->name);
     if (plan->pad != cfg->vec)
         return tj_fail(err, TJ_ERR_INTERNAL, "layer '%s': plan padded to %lld, config vector width %d", l->name,
                        (long long)plan->pad, cfg->vec);
@@ -989,8 +1298,8 @@ tj_status tj_cpu_emit_module(LLVMContextRef llctx, const tj_layer *l, const tj_p
     e.V = cfg->vec;
     e.NV = cfg->nr / cfg->vec;
     e.fused_act = l->ew_nnz == 0;
-    e.cpu = LLVMGetHostCPUName();
-    e.features = LLVMGetHostCPUFeatures();
+    e.cpu = cpu ? LLVMCreateMessage(cpu) : LLVMGetHostCPUName();
+    e.features = cpu ? LLVMCreateMessage(features ? features : "") : LLVMGetHostCPUFeatures();
     char modname[160];
     snprintf(modname, sizeof modname, "tilejit.%s", prefix);
     e.m = LLVMModuleCreateWithNameInContext(modname, llctx);
@@ -1007,6 +1316,13 @@ tj_status tj_cpu_emit_module(LLVMContextRef llctx, const tj_layer *l, const tj_p
     e.i16 = LLVMInt16TypeInContext(llctx);
     e.vi16 = LLVMVectorType(e.i16, (unsigned)e.V);
     e.wty = cfg->weights == TJ_CPU_WEIGHTS_BF16 ? e.i16 : e.f32;
+    e.xbf = cfg->dtype == TJ_CPU_ACT_BF16;
+    e.ybf = cfg->out == TJ_CPU_ACT_BF16;
+    e.dp = e.xbf && cfg->dot == TJ_CPU_DOT_DPBF16;
+    e.xty = e.xbf ? e.i16 : e.f32;
+    e.yty = e.ybf ? e.i16 : e.f32;
+    e.xpty = e.dp ? e.i16 : e.f32;
+    e.packed_item = cfg->pack ? cfg->pack : e.xbf;
     {
         LLVMValueRef sh[16];
         for (int i = 0; i < e.V; i++) sh[i] = LLVMConstInt(e.i32, 16, 0);

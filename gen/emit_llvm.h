@@ -23,7 +23,9 @@ typedef enum tj_cpu_offsets {
  * mb: tokens per work item (0: auto, rounded to a multiple of mr) — the work split;
  * kc: kept rows per k-block (0: none; table mode only);
  * pack: 1 gathers each work item's X rows of the tile into a contiguous stack buffer first
- *   (mb × kept rows floats), 0 broadcasts straight from X (table mode only);
+ *   (mb × kept rows floats), 2 packs them into mr-token panels (xp[p][r][i], the register
+ *   block's broadcasts then read one sequential stream), 0 broadcasts straight from X (table
+ *   mode only); the staged X is shared by all the tile's column blocks;
  * order: work items tile-major (0: a tile's weights stay in cache across token chunks) or
  *   token-chunk-major (1: a chunk of X stays in L2 across tiles); -1: auto, 1 when tiles keep
  *   under 20 % of k (little work per byte of gathered X), else 0. mb auto is 48 with order 1;
@@ -34,7 +36,14 @@ typedef enum tj_cpu_offsets {
  * weights: how the packed weights are stored and loaded: "f32", or "bf16" (half the bytes per
  *   kept weight; each vector load widened to fp32 in registers, fp32 accumulation: exact for
  *   bf16 checkpoints, bf16 rounding for fp32 ones); "auto" (the default): bf16 when the layer's
- *   weights are BF16, else f32. */
+ *   weights are BF16, else f32;
+ * dtype: the activations x: "f32", or "bf16" (x is [M × K] raw bf16; weights become bf16 too,
+ *   accumulation stays fp32; each work item first stages its gathered X as with pack 1);
+ * out: y as "f32" or "bf16" (rounded to nearest even once, in the epilogue and post pass);
+ * dot: the bf16 inner product: "fma" (x and w widened to fp32 in registers, fp32 FMA: AVX2
+ *   and up), "dpbf16" (avx512_bf16 vdpbf16ps on pairs of kept rows, vec 16: the weights are
+ *   packed as row pairs, the staged X as bf16 pairs), "auto" (dpbf16 where the target CPU has
+ *   avx512bf16 and vec is 16, else fma). Only with dtype bf16. */
 typedef struct tj_cpu_config {
     int mr;
     int nr;
@@ -47,9 +56,14 @@ typedef struct tj_cpu_config {
     int order;
     int serial;
     int weights; /* TJ_CPU_WEIGHTS_* */
+    int dtype;   /* TJ_CPU_ACT_*: activations x */
+    int out;     /* TJ_CPU_ACT_*: output y */
+    int dot;     /* TJ_CPU_DOT_* */
 } tj_cpu_config;
 
 enum { TJ_CPU_WEIGHTS_AUTO = 0, TJ_CPU_WEIGHTS_F32 = 1, TJ_CPU_WEIGHTS_BF16 = 2 };
+enum { TJ_CPU_ACT_F32 = 0, TJ_CPU_ACT_BF16 = 1 };
+enum { TJ_CPU_DOT_AUTO = 0, TJ_CPU_DOT_FMA = 1, TJ_CPU_DOT_DPBF16 = 2 };
 
 /* Waking a pool worker and joining it costs a few µs; work under about 2 µs of one core's
  * FMA rate is cheaper on one thread. */
@@ -61,13 +75,15 @@ const char *tj_cpu_gen_id(void);
 
 /* The built-in default for a layer (before any tuning record). */
 tj_cpu_config tj_cpu_config_default(void);
+/* The same for a host of `vec` floats per vector (16, 8, 4, 1). */
+tj_cpu_config tj_cpu_config_default_vec(int vec);
 /* Parses JSON (NULL or "" gives the default); checks ranges. `vec` 0 is resolved later. */
 tj_status tj_cpu_config_from_json(const char *json, tj_cpu_config *out, tj_error *err);
 /* Canonical JSON (keys in a fixed order), malloc'ed; NULL if out of memory. */
 char *tj_cpu_config_to_json(const tj_cpu_config *c);
 /* Checks a config (vec resolved) for a given layer: register budget, nr multiple of vec. */
 tj_status tj_cpu_config_check(const tj_cpu_config *c, tj_error *err);
-/* Resolves the automatic choices (vec 0, order -1) of c for layer l. */
+/* Resolves the automatic choices (vec 0, order -1, dot auto) of c for layer l on the host. */
 void tj_cpu_config_resolve(tj_cpu_config *c, const tj_layer *l);
 /* Tokens per work item and kept rows per k-block after resolving 0 (auto). */
 int64_t tj_cpu_config_mb(const tj_cpu_config *c);
@@ -79,9 +95,9 @@ const tj_cpu_config *tj_cpu_config_space(int *count);
 
 /* Symbols and tables of an emitted layer. `prefix` makes names unique inside one JIT. */
 typedef struct tj_cpu_emit_info {
-    char item_name[96];  /* void item(const float *x, float *y, const float *wp,
+    char item_name[96];  /* void item(const void *x, void *y, const void *wp,
                           *           const float *bk, int64_t slot, int64_t m0, int64_t m1) */
-    char post_name[96];  /* void post(const float *x, float *y, const float *ewv,
+    char post_name[96];  /* void post(const void *x, void *y, const float *ewv,
                           *           const float *bias, int64_t m0, int64_t m1), or "" */
     int64_t bk_elems;    /* bias in kept-column order, padded: floats the caller allocates */
     int64_t ewv_elems;   /* ew weights in CSR order (ew_nnz) */
@@ -98,6 +114,21 @@ struct LLVMOpaqueModule;
 tj_status tj_cpu_emit_module(struct LLVMOpaqueContext *llctx, const tj_layer *l, const tj_plan *plan,
                              const tj_cpu_config *c, const char *prefix,
                              struct LLVMOpaqueModule **out, tj_cpu_emit_info *info, tj_error *err);
+
+/* The same for another target CPU (LLVM name, e.g. "sapphirerapids", and its feature string,
+ * "" for the CPU's own): object code for a machine this host may not be, for codegen tests. */
+tj_status tj_cpu_emit_module_for(struct LLVMOpaqueContext *llctx, const tj_layer *l, const tj_plan *plan,
+                                 const tj_cpu_config *c, const char *prefix, const char *cpu, const char *features,
+                                 struct LLVMOpaqueModule **out, tj_cpu_emit_info *info, tj_error *err);
+/* Packs weights w ([n, k] of dtype wdt) for config cfg (resolved) into dst (plan->packed_elems
+ * floats, or bf16 values with cfg->weights bf16). Inside a tile's block (plan->off[t]) the
+ * features are in column blocks of cfg->nr (the last one the padded rest, width bw), each
+ * block's kept rows contiguous: block b0 at off + b0·nrows, element (r, c) at r·bw + c. With
+ * dot dpbf16, rows 2p and 2p + 1 are interleaved (p·2·bw + 2c + (r & 1)) and an odd last row
+ * stays plain. */
+void tj_cpu_pack_weights(const tj_plan *p, const tj_cpu_config *cfg, const void *w, tj_dtype wdt, void *dst);
+/* 1 when the host CPU has avx512bf16 (and avx512f). */
+int tj_cpu_host_bf16(void);
 
 /* `tilejit gen --target cpu`: the emitted (unoptimised) IR of layer l as text, malloc'ed in
  * *out. config_json may be NULL for the default. */

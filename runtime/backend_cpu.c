@@ -185,8 +185,7 @@ static tj_status pack(tj_cpu_layer *cl, const tj_layer_weights *w, tj_error *err
     if (w->bias) cl->bias = malloc((size_t)l->n * sizeof(float));
     if (!cl->wp || !cl->bk || !cl->ewv || (w->bias && !cl->bias))
         return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "layer '%s': out of memory packing weights", l->name);
-    if (bf) tj_plan_pack_16(&cl->plan, w->w, w->wdt, TJ_BF16, cl->wp);
-    else tj_plan_pack_f32(&cl->plan, w->w, w->wdt, cl->wp);
+    tj_cpu_pack_weights(&cl->plan, &cl->cfg, w->w, w->wdt, cl->wp);
     memset((char *)cl->wp + (size_t)cl->plan.packed_elems * esz, 0, wbytes - (size_t)cl->plan.packed_elems * esz);
     if (w->bias) {
         tj_convert_to_f32(w->bias, w->bdt, l->n, cl->bias);
@@ -212,6 +211,9 @@ tj_status tj_cpu_layer_build(tj_cpu_jit *jit, const tj_layer *l, const tj_layer_
     cl->mb = tj_cpu_config_mb(&cl->cfg);
     cl->kept = tj_layer_kept(l);
     tj_status s = tj_cpu_config_check(&cl->cfg, err);
+    if (s == TJ_OK && cl->cfg.dot == TJ_CPU_DOT_DPBF16 && !tj_cpu_host_bf16()) /* LLVM could not select it */
+        s = tj_fail(err, TJ_ERR_UNSUPPORTED, "layer '%s': dot dpbf16 needs avx512_bf16, which this CPU (%s) lacks", l->name,
+                    tj_host_cpu_name());
     if (s == TJ_OK) s = tj_plan_build(l, cl->cfg.vec, &cl->plan, err);
     if (s != TJ_OK) goto fail;
 
@@ -232,8 +234,8 @@ fail:
 
 typedef struct run_args {
     const tj_cpu_layer *cl;
-    const float *x;
-    float *y;
+    const void *x;
+    void *y;
     int64_t m, nchunks, chunk;
 } run_args;
 
@@ -265,7 +267,7 @@ static void run_post(void *vp, int64_t i)
     a->cl->post(a->x, a->y, a->cl->ewv, a->cl->bias, m0, m1);
 }
 
-void tj_cpu_layer_run(const tj_cpu_layer *cl, tj_pool *pool, int threads, const float *x, int64_t m, float *y)
+void tj_cpu_layer_run(const tj_cpu_layer *cl, tj_pool *pool, int threads, const void *x, int64_t m, void *y)
 {
     if (m <= 0) return;
     /* small calls on the calling thread alone: never slower on N threads than on 1 */
@@ -464,7 +466,25 @@ static tj_status cpu_linear(tj_model *m, int64_t layer, const tj_linear_args *a,
     if (!cm || layer < 0 || layer >= cm->nlayers)
         return tj_fail(err, TJ_ERR_INTERNAL, "cpu backend: layer %lld not loaded", (long long)layer);
     const cpu_layer_set *ls = &cm->layers[layer];
-    tj_cpu_layer_run(ls->var[ls->pick[bucket_of(a->m)]], cm->pool, 0, a->x32, a->m, a->y32);
+    const tj_cpu_layer *cl = ls->var[ls->pick[bucket_of(a->m)]];
+    if (!cl->cfg.dtype && !cl->cfg.out) {
+        tj_cpu_layer_run(cl, cm->pool, 0, a->x32, a->m, a->y32);
+        return TJ_OK;
+    }
+    /* a bf16 kernel behind the fp32 host interface: round x once, widen y back */
+    int64_t nx = a->m * cl->l->k, ny = a->m * cl->l->n;
+    uint16_t *xb = cl->cfg.dtype ? malloc((size_t)nx * 2 + 2) : NULL;
+    uint16_t *yb = cl->cfg.out ? malloc((size_t)ny * 2 + 2) : NULL;
+    if ((cl->cfg.dtype && !xb) || (cl->cfg.out && !yb)) {
+        free(xb);
+        free(yb);
+        return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    if (xb) tj_convert_from_f32(a->x32, nx, TJ_BF16, xb);
+    tj_cpu_layer_run(cl, cm->pool, 0, xb ? (const void *)xb : a->x32, a->m, yb ? (void *)yb : a->y32);
+    if (yb) tj_convert_to_f32(yb, TJ_BF16, ny, a->y32);
+    free(xb);
+    free(yb);
     return TJ_OK;
 }
 

@@ -12,9 +12,9 @@
 #include "base/threadpool.h"
 
 
-typedef void (*tj_cpu_item_fn)(const float *x, float *y, const float *wp, const float *bk, int64_t slot,
+typedef void (*tj_cpu_item_fn)(const void *x, void *y, const void *wp, const float *bk, int64_t slot,
                                int64_t m0, int64_t m1);
-typedef void (*tj_cpu_post_fn)(const float *x, float *y, const float *ewv, const float *bias, int64_t m0,
+typedef void (*tj_cpu_post_fn)(const void *x, void *y, const float *ewv, const float *bias, int64_t m0,
                                int64_t m1);
 
 /* One compiled layer: packed fp32 weights and the JIT'ed entry points. Borrows l (and the jit). */
@@ -22,7 +22,8 @@ typedef struct tj_cpu_layer {
     const tj_layer *l;
     tj_cpu_config cfg;    /* vec resolved */
     tj_plan plan;
-    void *wp;             /* packed weights (fp32, or bf16 with cfg.weights bf16), 64-byte aligned */
+    void *wp;             /* packed weights (fp32, or bf16 with cfg.weights bf16; row pairs with
+                           * cfg.dot dpbf16), 64-byte aligned */
     float *bk;            /* bias in kept-column order (zeros without bias), info.bk_elems */
     float *bias;          /* fp32 [n] or NULL */
     float *ewv;           /* ew weights in CSR order */
@@ -42,10 +43,11 @@ tj_status tj_cpu_layer_build(tj_cpu_jit *jit, const tj_layer *l, const tj_layer_
                              const tj_cpu_config *cfg, const char *prefix, tj_cpu_layer **out,
                              tj_error *err);
 void tj_cpu_layer_free(tj_cpu_layer *cl);
-/* y [m × n] = layer(x [m × k]), both fp32 row-major, on at most `threads` threads of pool
- * (NULL pool or threads 1: the calling thread). Results do not depend on the thread count. */
-void tj_cpu_layer_run(const tj_cpu_layer *cl, tj_pool *pool, int threads, const float *x, int64_t m,
-                      float *y);
+/* y [m × n] = layer(x [m × k]), row-major, on at most `threads` threads of pool (NULL pool or
+ * threads 1: the calling thread). x is fp32, or raw bf16 with cfg.dtype bf16; y fp32, or bf16
+ * with cfg.out bf16. Results do not depend on the thread count. */
+void tj_cpu_layer_run(const tj_cpu_layer *cl, tj_pool *pool, int threads, const void *x, int64_t m,
+                      void *y);
 
 /* The context's pool, created on first use under c->lock (opt.threads, 0: all cores). */
 tj_status tj_cpu_context_pool(tj_context *c, tj_pool **out, tj_error *err);

@@ -236,6 +236,17 @@ static void test_space(void)
     int64_t n16 = s.count;
     CHECK(count_in(&s, "unrolled") > 0);
     tj_tune_space_free(&s);
+    /* bf16 activations and "always parallel" join only when they can matter */
+    CHECK(count_in(&s, "\"dtype\":\"bf16\"") == 0 && count_in(&s, "\"serial\":-1") == 0);
+    tj_tune_host hb = h;
+    hb.act_bf16 = 1;
+    hb.min_m = 1;
+    hb.kept_rows = 100;
+    CHECK_OK(tj_tune_space_build("cpu", &hb, &s, &err), &err);
+    CHECK(count_in(&s, "\"dtype\":\"bf16\"") > 0 && count_in(&s, "\"serial\":-1") > 0 && s.default_index >= 0);
+    for (int64_t i = 0; i < s.count; i++)
+        CHECKF(!strstr(s.json[i], "bf16") || (!strstr(s.json[i], "unrolled") && strstr(s.json[i], "\"kc\":0")), "%s", s.json[i]);
+    tj_tune_space_free(&s);
     /* code size: a 3072×768 layer at s = 0.75 keeps 24 × 192 rows: no unrolled config survives */
     tj_tune_host hbig = h;
     hbig.kept_rows = 24 * 192;
@@ -508,6 +519,7 @@ static void test_adaptive_bound(void)
     best_of((const char *const[]){logp}, 1, &pk);
     tj_tune_host h;
     tj_tune_host_for("cpu", NULL, NULL, &h);
+    h.min_m = 1; /* the sweep's small layer at M = 3 is under the serial threshold: serial -1 is in its space */
     tj_tune_space s;
     tj_error err;
     CHECK_OK(tj_tune_space_build("cpu", &h, &s, &err), &err);

@@ -18,7 +18,8 @@ typedef enum tj_target {
  * given keep the layer's defaults; NULL: all defaults). *out is malloc'ed. CUDA keys: template
  * ("mma"|"simt"), bm, bn, bk, warps, stages, offsets ("table"|"unrolled"), dtype ("f16"|"bf16"),
  * out ("f32"|"f16"|"bf16"), layout ("fm"|"rm"|"rm_fm"|"fm_rm"). CPU keys: mr, nr, offsets,
- * unroll, mb, kc, pack, order (docs/kernels.md). */
+ * unroll, mb, kc, pack, order (docs/kernels.md), serial, weights, dtype ("f32"|"bf16"), out,
+ * dot ("auto"|"fma"|"dpbf16") (docs/cpu-baselines-cache-dispatch.md). */
 TJ_API tj_status tj_gen_source(const tj_layer *l, tj_target target, const char *config_json, char **out,
                                tj_error *err);
 /* The canonical JSON of the config tj_gen_source would use for l under config_json (defaults

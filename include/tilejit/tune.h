@@ -180,6 +180,7 @@ typedef struct tj_tune_opts {
                           int64_t looked_at, int64_t space);
     void *progress_user;
     int dry_run;              /* plan only: count what would be measured */
+    int act_bf16;             /* cpu: also search bf16-activation kernels ("dtype": "bf16") */
 } tj_tune_opts;
 
 TJ_API tj_tune_opts tj_tune_opts_default(void);

@@ -1,0 +1,317 @@
+/* Suite 'cpu': bf16 activations on the CPU backend. Every dtype-bf16 config of the tuner's space
+ * that the host can run, against the reference on fresh random data; the vdpbf16ps kernel
+ * emitted for Sapphire Rapids and its object code disassembled (runs on any x86-64 host).
+ *   test_cpu_bf16            fma configs + codegen; dpbf16 configs counted as skipped
+ *   test_cpu_bf16 dpbf16     the dpbf16 configs only; exit 77 where the CPU lacks avx512bf16 */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <llvm-c/Core.h>
+#include <llvm-c/Disassembler.h>
+#include <llvm-c/Object.h>
+#include <llvm-c/Target.h>
+#include <llvm-c/TargetMachine.h>
+
+#include <unistd.h>
+
+#include "runtime/backend_cpu.h"
+#include "base/safetensors.h"
+#include "pattern/random.h"
+#include "tj_test.h"
+
+/* Bounds (relative L2 error over the whole output):
+ * - against the reference on the same bf16-rounded x and bf16 weights: the kernel's products
+ *   are exact in fp32, so only the summation order differs: 1e-5 with fp32 y; bf16 y adds one
+ *   rounding of at most 2^-9 per element: 2^-8;
+ * - against the fp32 reference on the unrounded x (what a user compares with): x (and fp32
+ *   weights) rounded to bf16, 2^-9 each per element: 1e-2, the project's bf16 bound. */
+#define TIGHT_F32 1e-5
+#define TIGHT_BF16 (1.0 / 256)
+#define LOOSE 1e-2
+
+typedef struct bcase {
+    const char *what;
+    int64_t n, k, g;
+    double s;
+    int mode;
+    double ew, empty;
+    tj_activation act;
+    tj_dtype wdt;
+    int bias;
+} bcase;
+
+static const bcase cases[] = {
+    {"bert", 256, 192, 128, 0.75, 1, 0, 0, TJ_ACT_NONE, TJ_BF16, 1},
+    {"odd rows", 203, 131, 64, 0.5, 1, 0, 0, TJ_ACT_RELU, TJ_BF16, 1},
+    {"tw2 gelu", 300, 97, 32, 0.6, 2, 0, 0, TJ_ACT_GELU, TJ_BF16, 0},
+    {"ew relu cols", 333, 150, 32, 0.75, 2, 0.02, 0.1, TJ_ACT_RELU, TJ_BF16, 1},
+    {"empty tiles", 512, 200, 64, 0.5, 1, 0, 0.4, TJ_ACT_NONE, TJ_BF16, 1},
+    {"fp32 weights", 256, 160, 64, 0.75, 1, 0, 0, TJ_ACT_NONE, TJ_F32, 1}, /* rounded at packing (no ew: ew stays fp32) */
+    {"single", 1, 1, 1, 0.0, 1, 0, 0, TJ_ACT_NONE, TJ_BF16, 1},
+};
+static const int64_t ms[] = {1, 3, 13, 29, 100};
+
+static int make(const bcase *c, uint64_t seed, tj_layer *l, void **w, void **b)
+{
+    tj_error err;
+    tj_random_spec sp = {c->n, c->k, c->g, c->s, c->mode, seed, c->ew, c->empty, c->act};
+    if (tj_random_layer(&sp, c->what, l, &err) != TJ_OK) {
+        fprintf(stderr, "%s: %s\n", c->what, err.msg);
+        return 0;
+    }
+    tj_rng r = {seed * 7 + 3};
+    float *f = malloc((size_t)(c->n * c->k + c->n) * sizeof *f);
+    tj_test_fill(&r, f, c->n * c->k + c->n);
+    *w = malloc((size_t)(c->n * c->k) * 4 + 4);
+    *b = c->bias ? malloc((size_t)c->n * 4 + 4) : NULL;
+    tj_convert_from_f32(f, c->n * c->k, c->wdt, *w);
+    if (*b) tj_convert_from_f32(f + c->n * c->k, c->n, c->wdt, *b);
+    free(f);
+    return 1;
+}
+
+/* One config × case × M: returns 0 when a bound fails. */
+static void check(tj_cpu_jit *jit, tj_pool *pool, const tj_cpu_config *cfg, int *id)
+{
+    char cj[400];
+    char *j = tj_cpu_config_to_json(cfg);
+    snprintf(cj, sizeof cj, "%s", j ? j : "?");
+    free(j);
+    for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
+        const bcase *c = &cases[ci];
+        tj_layer l;
+        void *w = NULL, *b = NULL;
+        if (!make(c, 40 + ci, &l, &w, &b)) { CHECK(0); continue; }
+        tj_layer_weights lw = {w, c->wdt, b, c->wdt};
+        /* the weights the kernel multiplies with: bf16 (exact for bf16, rounded for fp32) */
+        float *wr = malloc((size_t)(l.n * l.k) * sizeof *wr + 4), *br = b ? malloc((size_t)l.n * 4 + 4) : NULL;
+        tj_convert_to_f32(w, c->wdt, l.n * l.k, wr);
+        for (int64_t i = 0; i < l.n * l.k; i++) wr[i] = tj_bf16_to_f32(tj_f32_to_bf16(wr[i]));
+        if (b) tj_convert_to_f32(b, c->wdt, l.n, br);
+        tj_layer_weights lwr = {wr, TJ_F32, br, TJ_F32};
+        tj_error err;
+        tj_cpu_layer *cl = NULL;
+        char pre[32];
+        snprintf(pre, sizeof pre, "b%d", (*id)++);
+        CHECK_OK(tj_cpu_layer_build(jit, &l, &lw, cfg, pre, &cl, &err), &err);
+        for (size_t mi = 0; cl && mi < sizeof ms / sizeof *ms; mi++) {
+            int64_t m = ms[mi], nx = m * l.k, ny = m * l.n;
+            float *x = malloc((size_t)nx * 4 + 4), *xr = malloc((size_t)nx * 4 + 4);
+            float *y = malloc((size_t)ny * 4 + 4), *ref = malloc((size_t)ny * 4 + 4), *ref32 = malloc((size_t)ny * 4 + 4);
+            uint16_t *xb = malloc((size_t)nx * 2 + 2), *yb = malloc((size_t)ny * 2 + 2);
+            tj_rng r = {900 + 31 * mi + ci};
+            tj_test_fill(&r, x, nx);
+            tj_convert_from_f32(x, nx, TJ_BF16, xb);
+            tj_convert_to_f32(xb, TJ_BF16, nx, xr);
+            for (int64_t i = 0; i < ny; i++) { y[i] = NAN; yb[i] = 0x7fc0; } /* poison */
+            int ybf = cl->cfg.out == TJ_CPU_ACT_BF16;
+            tj_cpu_layer_run(cl, pool, 0, xb, m, ybf ? (void *)yb : (void *)y);
+            if (ybf) tj_convert_to_f32(yb, TJ_BF16, ny, y);
+            tj_reference_linear(&l, &lwr, xr, m, ref);
+            tj_reference_linear(&l, &lw, x, m, ref32);
+            int fin = tj_test_all_finite(y, ny);
+            double tight = fin ? tj_test_relerr(y, ref, ny) : 1e9, loose = fin ? tj_test_relerr(y, ref32, ny) : 1e9;
+            double tb = ybf ? TIGHT_BF16 : TIGHT_F32;
+            CHECKF(tight <= tb, "config %s case %s M=%lld: relerr %g vs the reference on the same bf16 inputs (bound %g)",
+                   cj, c->what, (long long)m, tight, tb);
+            CHECKF(loose <= LOOSE, "config %s case %s M=%lld: relerr %g vs the fp32 reference (bound %g)", cj, c->what,
+                   (long long)m, loose, LOOSE);
+            free(x); free(xr); free(y); free(ref); free(ref32); free(xb); free(yb);
+        }
+        tj_cpu_layer_free(cl);
+        tj_layer_free(&l);
+        free(w); free(b); free(wr); free(br);
+    }
+}
+
+/* Disassembles every executable section of an object; counts instructions whose text has `mn`. */
+static int count_mnemonic(LLVMMemoryBufferRef obj, const char *triple, const char *cpu, const char *mn)
+{
+    char *msg = NULL;
+    LLVMBinaryRef bin = LLVMCreateBinary(obj, NULL, &msg);
+    if (!bin) {
+        fprintf(stderr, "object: %s\n", msg ? msg : "?");
+        LLVMDisposeMessage(msg);
+        return -1;
+    }
+    LLVMDisasmContextRef dc = LLVMCreateDisasmCPUFeatures(triple, cpu, "", NULL, 0, NULL, NULL);
+    int count = 0;
+    LLVMSectionIteratorRef it = LLVMObjectFileCopySectionIterator(bin);
+    for (; dc && !LLVMObjectFileIsSectionIteratorAtEnd(bin, it); LLVMMoveToNextSection(it)) {
+        const char *name = LLVMGetSectionName(it);
+        if (!name || strncmp(name, ".text", 5) != 0) continue;
+        const uint8_t *p = (const uint8_t *)LLVMGetSectionContents(it);
+        uint64_t n = LLVMGetSectionSize(it), pc = 0;
+        char text[256];
+        while (pc < n) {
+            size_t sz = LLVMDisasmInstruction(dc, (uint8_t *)(uintptr_t)(p + pc), n - pc, pc, text, sizeof text);
+            if (sz == 0) { pc++; continue; }
+            if (strstr(text, mn)) count++;
+            pc += sz;
+        }
+    }
+    LLVMDisposeSectionIterator(it);
+    if (dc) LLVMDisasmDispose(dc);
+    else count = -1;
+    LLVMDisposeBinary(bin);
+    return count;
+}
+
+/* The dpbf16 kernel for Sapphire Rapids: the object code must use vdpbf16ps, and the fma
+ * kernel's must not (the check can fail). */
+static void test_codegen(void)
+{
+    LLVMInitializeNativeTarget();
+    LLVMInitializeNativeAsmPrinter();
+    LLVMInitializeNativeDisassembler();
+    char *triple = LLVMGetDefaultTargetTriple();
+    if (strncmp(triple, "x86_64", 6) != 0) {
+        fprintf(stderr, "codegen: not an x86-64 toolchain (%s), skipped\n", triple);
+        LLVMDisposeMessage(triple);
+        return;
+    }
+    bcase c = {"codegen", 256, 192, 64, 0.75, 1, 0, 0, TJ_ACT_GELU, TJ_BF16, 1};
+    tj_layer l;
+    void *w = NULL, *b = NULL;
+    if (!make(&c, 5, &l, &w, &b)) { CHECK(0); return; }
+    for (int dot = TJ_CPU_DOT_FMA; dot <= TJ_CPU_DOT_DPBF16; dot++) {
+        tj_cpu_config cfg = tj_cpu_config_default();
+        cfg.mr = 6, cfg.nr = 64, cfg.vec = 16, cfg.dtype = TJ_CPU_ACT_BF16, cfg.weights = TJ_CPU_WEIGHTS_BF16;
+        cfg.dot = dot, cfg.out = TJ_CPU_ACT_BF16, cfg.order = 0;
+        tj_error err;
+        tj_plan plan;
+        CHECK_OK(tj_plan_build(&l, 16, &plan, &err), &err);
+        LLVMContextRef ctx = LLVMContextCreate();
+        LLVMModuleRef mod = NULL;
+        tj_cpu_emit_info info;
+        CHECK_OK(tj_cpu_emit_module_for(ctx, &l, &plan, &cfg, "tj", "sapphirerapids", "", &mod, &info, &err), &err);
+        char *msg = NULL;
+        LLVMTargetRef t = NULL;
+        LLVMMemoryBufferRef obj = NULL;
+        if (mod && LLVMGetTargetFromTriple(triple, &t, &msg) == 0) {
+            LLVMTargetMachineRef tm = LLVMCreateTargetMachine(t, triple, "sapphirerapids", "", LLVMCodeGenLevelDefault,
+                                                              LLVMRelocPIC, LLVMCodeModelSmall);
+            LLVMSetTarget(mod, triple);
+            if (LLVMTargetMachineEmitToMemoryBuffer(tm, mod, LLVMObjectFile, &msg, &obj)) obj = NULL;
+            LLVMDisposeTargetMachine(tm);
+        }
+        CHECKF(obj != NULL, "codegen for sapphirerapids: %s", msg ? msg : "no module");
+        LLVMDisposeMessage(msg);
+        if (obj) {
+            int n = count_mnemonic(obj, triple, "sapphirerapids", "vdpbf16ps");
+            if (dot == TJ_CPU_DOT_DPBF16) CHECKF(n > 0, "dpbf16 kernel: %d vdpbf16ps in the object code", n);
+            else CHECKF(n == 0, "fma kernel: %d vdpbf16ps in the object code (expected none)", n);
+            fprintf(stderr, "codegen sapphirerapids dot %s: %d vdpbf16ps instructions\n", dot == TJ_CPU_DOT_DPBF16 ? "dpbf16" : "fma", n);
+            LLVMDisposeMemoryBuffer(obj);
+        }
+        if (mod) LLVMDisposeModule(mod);
+        LLVMContextDispose(ctx);
+        tj_plan_free(&plan);
+    }
+    tj_layer_free(&l);
+    free(w);
+    free(b);
+    LLVMDisposeMessage(triple);
+}
+
+/* The model interface (fp32 tensors) over a bf16 layer: x rounded once, bf16 y widened back. */
+static void test_model_path(void)
+{
+    char dir[] = "/tmp/tj_bf16_XXXXXX", pat[600], wts[600];
+    if (!mkdtemp(dir)) { CHECK(0); return; }
+    snprintf(pat, sizeof pat, "%s/p.json", dir);
+    snprintf(wts, sizeof wts, "%s/w.safetensors", dir);
+    bcase c = {"enc.fc1", 192, 96, 64, 0.75, 2, 0.02, 0, TJ_ACT_GELU, TJ_BF16, 1};
+    tj_layer l;
+    void *w = NULL, *b = NULL;
+    if (!make(&c, 77, &l, &w, &b)) { CHECK(0); return; }
+    tj_error err;
+    tj_pattern p = {.nlayers = 1, .layers = &l};
+    CHECK_OK(tj_pattern_save(&p, pat, &err), &err);
+    int64_t s0[2] = {c.n, c.k}, b0[1] = {c.n};
+    tj_st_out_tensor t[2] = {{"enc.fc1.weight", "BF16", 2, s0, w, (uint64_t)(c.n * c.k) * 2},
+                             {"enc.fc1.bias", "BF16", 1, b0, b, (uint64_t)c.n * 2}};
+    CHECK_OK(tj_st_write(wts, t, 2, NULL, &err), &err);
+    tj_options o = tj_options_default();
+    o.backend = TJ_BACKEND_CPU;
+    o.threads = 2;
+    tj_context *ctx = NULL;
+    tj_model *m = NULL;
+    CHECK(tj_context_create(&o, &ctx) == TJ_OK);
+    if (ctx) CHECK_OK(tj_context_set_config(ctx, "{\"dtype\": \"bf16\", \"out\": \"bf16\"}", &err), &err);
+    if (ctx && tj_model_load(ctx, pat, wts, &m) != TJ_OK) fprintf(stderr, "load: %s\n", tj_context_error(ctx));
+    CHECK(m != NULL);
+    const char *run_cfg = NULL;
+    if (m) CHECK(tj_model_layer_config(m, 0, 16, &run_cfg) == TJ_OK);
+    CHECKF(run_cfg && strstr(run_cfg, "\"dtype\": \"bf16\"") && strstr(run_cfg, "\"out\": \"bf16\""), "model runs %s",
+           run_cfg ? run_cfg : "(null)");
+    tj_layer_weights lw = {w, TJ_BF16, b, TJ_BF16};
+    for (int64_t mm = 1; m && mm <= 64; mm *= 4) {
+        float *x = malloc((size_t)(mm * c.k) * 4), *y = malloc((size_t)(mm * c.n) * 4), *ref = malloc((size_t)(mm * c.n) * 4);
+        tj_rng r = {500 + (uint64_t)mm};
+        tj_test_fill(&r, x, mm * c.k);
+        for (int64_t i = 0; i < mm * c.n; i++) y[i] = NAN;
+        int64_t xs[2] = {mm, c.k}, ys[2] = {mm, c.n};
+        DLTensor xt = {x, {kDLCPU, 0}, 2, {kDLFloat, 32, 1}, xs, NULL, 0};
+        DLTensor yt = {y, {kDLCPU, 0}, 2, {kDLFloat, 32, 1}, ys, NULL, 0};
+        CHECK(tj_linear(m, "enc.fc1", &xt, &yt, NULL) == TJ_OK);
+        tj_reference_linear(&l, &lw, x, mm, ref);
+        double e = tj_test_all_finite(y, mm * c.n) ? tj_test_relerr(y, ref, mm * c.n) : 1e9;
+        CHECKF(e <= LOOSE, "model path M=%lld: relerr %g (bound %g)", (long long)mm, e, LOOSE);
+        free(x); free(y); free(ref);
+    }
+    tj_model_destroy(m);
+    tj_context_destroy(ctx);
+    remove(pat);
+    remove(wts);
+    rmdir(dir);
+    tj_layer_free(&l);
+    free(w);
+    free(b);
+}
+
+int main(int argc, char **argv)
+{
+    int want_dp = argc > 1 && strcmp(argv[1], "dpbf16") == 0;
+    tj_error err;
+    tj_cpu_jit *jit = NULL;
+    tj_pool *pool = NULL;
+    if (tj_cpu_jit_create(&jit, &err) != TJ_OK) {
+        fprintf(stderr, "no LLVM JIT here: %s\n", err.msg);
+        return 77;
+    }
+    if (want_dp && !tj_cpu_host_bf16()) {
+        char *cpu = LLVMGetHostCPUName();
+        fprintf(stderr, "skipped: this CPU (%s) has no avx512_bf16, so the vdpbf16ps kernels cannot run here "
+                        "(their object code is checked by test cpu_bf16)\n", cpu);
+        LLVMDisposeMessage(cpu);
+        tj_cpu_jit_destroy(jit);
+        return 77;
+    }
+    CHECK_OK(tj_pool_create(3, &pool, &err), &err);
+    if (!want_dp) {
+        test_codegen();
+        test_model_path();
+    }
+    int nc, host = tj_cpu_host_vec(), id = 0, ran = 0, skipped = 0;
+    const tj_cpu_config *space = tj_cpu_config_space(&nc);
+    for (int ci = 0; ci < nc; ci++) {
+        tj_cpu_config c = space[ci];
+        if (c.dtype != TJ_CPU_ACT_BF16) continue;
+        if (c.vec == 0) c.vec = host;
+        int dp = c.dot == TJ_CPU_DOT_DPBF16;
+        if (dp != want_dp) continue;
+        if (c.vec > host || (dp && !tj_cpu_host_bf16()) || tj_cpu_config_check(&c, NULL) != TJ_OK) {
+            skipped++;
+            continue;
+        }
+        check(jit, pool, &c, &id);
+        ran++;
+    }
+    fprintf(stderr, "%d bf16-activation configs run, %d not for this host (vector width or avx512_bf16)\n", ran, skipped);
+    CHECK(ran > 0);
+    tj_pool_destroy(pool);
+    tj_cpu_jit_destroy(jit);
+    return tj_test_end();
+}
