@@ -4,14 +4,18 @@
     python -m tilejit.calibrate --model default-model/all-MiniLM-L6-v2 --sparsity 0.5 --out OUT
 
 1. calibration statistics of every linear layer from the dense model (H = X̃ᵀX̃, X̃ = [X, 1], float64,
-   over the calibration sentences) → OUT/stats-dense.safetensors (format: docs/pruning-calibrated.md);
+   over the calibration sentences) → OUT/stats-dense.safetensors (format: docs/pruning-calibrated.md;
+   needed by the profile and the one-shot prune only);
 2. with --allocation measured: the profile. Each layer alone is rebuilt at densities j/16 by
    `tilejit prune --sweep-out` and the model's output (mean-pooled embedding) on held-out
    calibration sentences is compared with the dense one: loss = 1 − cosine → OUT/profile.json;
    with --latency, per-layer times at each density from `tilejit bench` go into the same table;
 3. the prune itself, sequentially (default): block by block and stage by stage (query/key/value,
    attention output, intermediate, output), each stage's statistics are collected from the model
-   with every earlier stage already pruned, and `tilejit prune` rebuilds that stage's layers
+   with every earlier stage already pruned, together with the cross statistics X̃ᵀX̃_ref against the
+   dense model's input of the same stage (--target dense, the default: the rebuild then matches the
+   dense model's output, not the layer's own output on drifted inputs), and `tilejit prune`
+   rebuilds that stage's layers
    (the allocation is computed over the whole profile every time, so it is the same for all
    stages) → OUT/pattern.json, OUT/pruned.safetensors;
 4. with --evaluate N: the mean embedding cosine to the dense model on N evaluation sentences.
@@ -239,11 +243,11 @@ def main(argv=None):
     ap.add_argument("--g", type=int, default=128)
     ap.add_argument("--allocation", default="measured", choices=["measured", "uniform", "global"])
     ap.add_argument("--steps", type=int, default=16, help="profile densities j/steps")
-    ap.add_argument("--calib-sentences", type=int, default=256)
+    ap.add_argument("--calib-sentences", type=int, default=1024)
     ap.add_argument("--target", default="dense", choices=["dense", "own"],
                     help="sequential rebuild target: the dense model's layer output (cross statistics, default) "
                          "or the layer's own output on the pruned model's inputs")
-    ap.add_argument("--profile-sentences", type=int, default=16)
+    ap.add_argument("--profile-sentences", type=int, default=64)
     ap.add_argument("--measure", default="2,4,8,12",
                     help="the j (of j/steps) at which the profile runs the model ('all': every one)")
     ap.add_argument("--evaluate", type=int, default=0, help="evaluation sentences (0: none)")
