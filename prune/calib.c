@@ -166,6 +166,27 @@ tj_calib_options tj_calib_options_default(void)
     return o;
 }
 
+/* A statistics matrix of layer L: its [k][k] entry counts the tokens, every entry finite. */
+static tj_status check_square(const tj_st_file *sf, const tj_prune_layer_in *L, const tj_st_tensor *h,
+                              const char *what, int64_t tokens, tj_error *err)
+{
+    int64_t dim = L->k + 1;
+    double corner;
+    memcpy(&corner, (const char *)h->data + (size_t)(dim * dim - 1) * 8, 8);
+    if (tokens < 1 || corner != (double)tokens)
+        return tj_fail(err, TJ_ERR_FORMAT,
+                       "%s: layer '%s': %lld tokens, but the bias column's diagonal %s[k][k] is %g (it counts the tokens)",
+                       sf->path, L->name, (long long)tokens, what, corner);
+    for (int64_t i = 0; i < dim * dim; i++) {
+        double v;
+        memcpy(&v, (const char *)h->data + (size_t)i * 8, 8);
+        if (!isfinite(v))
+            return tj_fail(err, TJ_ERR_FORMAT, "%s: '%s.%s' has a non-finite entry at [%lld, %lld]", sf->path, L->name,
+                           what, (long long)(i / dim), (long long)(i % dim));
+    }
+    return TJ_OK;
+}
+
 tj_status tj_calib_stats_find(const tj_st_file *sf, const tj_prune_layer_in *L, tj_calib_stats *out, tj_error *err)
 {
     memset(out, 0, sizeof *out);
@@ -197,18 +218,20 @@ tj_status tj_calib_stats_find(const tj_st_file *sf, const tj_prune_layer_in *L, 
         return tj_fail(err, TJ_ERR_FORMAT, "%s: the statistics of '%s' have the wrong byte size", sf->path, L->name);
     int64_t tokens;
     memcpy(&tokens, t->data, 8);
-    double corner;
-    memcpy(&corner, (const char *)h->data + (size_t)(dim * dim - 1) * 8, 8);
-    if (tokens < 1 || corner != (double)tokens)
-        return tj_fail(err, TJ_ERR_FORMAT,
-                       "%s: layer '%s': %lld tokens, but the bias column's diagonal H[k][k] is %g (it counts the tokens)",
-                       sf->path, L->name, (long long)tokens, corner);
-    for (int64_t i = 0; i < dim * dim; i++) {
-        double v;
-        memcpy(&v, (const char *)h->data + (size_t)i * 8, 8);
-        if (!isfinite(v))
-            return tj_fail(err, TJ_ERR_FORMAT, "%s: '%s.hessian' has a non-finite entry at [%lld, %lld]", sf->path,
-                           L->name, (long long)(i / dim), (long long)(i % dim));
+    TJ_TRY(check_square(sf, L, h, "hessian", tokens, err));
+    len = strlen(L->name);
+    if (!(name = malloc(len + 16))) return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory");
+    memcpy(name, L->name, len);
+    memcpy(name + len, ".cross", 7);
+    const tj_st_tensor *x = tj_st_find(sf, name);
+    free(name);
+    if (x) {
+        if (strcmp(x->dtype_str, "F64") != 0 || x->ndim != 2 || x->shape[0] != dim || x->shape[1] != dim ||
+            (int64_t)(x->end - x->begin) != dim * dim * 8)
+            return tj_fail(err, TJ_ERR_FORMAT, "%s: '%s.cross' must be an F64 matrix [%lld, %lld] like '%s.hessian'",
+                           sf->path, L->name, (long long)dim, (long long)dim, L->name);
+        TJ_TRY(check_square(sf, L, x, "cross", tokens, err));
+        out->cross = x->data;
     }
     out->h = h->data;
     out->dim = dim;
@@ -224,10 +247,27 @@ typedef struct lctx {
     double *hd;   /* damped H, dim × dim */
     double *hinv; /* Hd⁻¹ */
     double *bias; /* original bias, n (zeros when absent) */
+    double *tgt;  /* with cross statistics: per output feature the weights [w, b] whose output on the
+                     pruned model's inputs best matches the dense model's, Hd⁻¹ Gd w̃ (n × dim);
+                     NULL: the target is the layer's own w̃ */
 } lctx;
+
+/* Output feature row's target weights with the bias last (dim entries): see lctx.tgt. */
+static void row_target(const lctx *c, int64_t row, float *wrow, double *dst)
+{
+    if (c->tgt) {
+        memcpy(dst, c->tgt + row * c->dim, (size_t)c->dim * sizeof *dst);
+        return;
+    }
+    const tj_prune_layer_in *L = c->cl->in;
+    tj_convert_to_f32((const char *)L->w + (size_t)(row * c->k) * tj_dtype_size(L->wdt), L->wdt, c->k, wrow);
+    for (int64_t q = 0; q < c->k; q++) dst[q] = wrow[q];
+    dst[c->k] = c->bias[row];
+}
 
 static void lctx_free(lctx *c)
 {
+    free(c->tgt);
     free(c->hd);
     free(c->hinv);
     free(c->bias);
@@ -284,6 +324,32 @@ static tj_status lctx_init(lctx *c, const tj_calib_layer *cl, double damp, int n
         chol_inverse(tmp, d, c->hinv, u);
         free(u);
         free(tmp);
+    }
+    if (cl->stats.cross) {
+        /* tgt = Hd⁻¹ Gd w̃ with Gd = G + λI_k (G = Σ x̃ x̃_refᵀ): the minimiser over x of
+         * ‖X̃ x − X̃_ref w̃‖² + λ‖x − w̃‖² (bias undamped); then ‖X̃ x − X̃_ref w̃‖² + λ‖x − w̃‖²
+         * = (x − tgt)ᵀ Hd (x − tgt) + const, so selection and rebuild proceed with tgt as w̃. */
+        double *gd = malloc((size_t)(d * d) * sizeof *gd), *gw = malloc((size_t)d * sizeof *gw);
+        double *wt = malloc((size_t)d * sizeof *wt);
+        float *wrow = malloc((size_t)c->k * sizeof *wrow);
+        double *hinv = c->hinv;
+        c->tgt = malloc((size_t)(c->n * d) * sizeof *c->tgt);
+        if (!gd || !gw || !wt || !wrow || !c->tgt || !hinv) {
+            free(gd), free(gw), free(wt), free(wrow);
+            lctx_free(c);
+            return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "layer '%s': out of memory for the dense-output target", L->name);
+        }
+        memcpy(gd, cl->stats.cross, (size_t)(d * d) * sizeof *gd);
+        for (int64_t i = 0; i < c->k; i++) gd[i * d + i] += lambda;
+        double *tg = c->tgt;
+        c->tgt = NULL; /* row_target reads the layer's own weights meanwhile */
+        for (int64_t row = 0; row < c->n; row++) {
+            row_target(c, row, wrow, wt);
+            for (int64_t i = 0; i < d; i++) gw[i] = dot(gd + i * d, wt, d);
+            for (int64_t i = 0; i < d; i++) tg[row * d + i] = dot(hinv + i * d, gw, d);
+        }
+        c->tgt = tg;
+        free(gd), free(gw), free(wt), free(wrow);
     }
     return TJ_OK;
 }
@@ -380,12 +446,7 @@ static void tile_run(void *arg, int64_t item)
         goto done;
     }
     /* The tile's weights with the bias as the last column. */
-    for (int64_t i = 0; i < nr; i++) {
-        int64_t row = job->rows[i];
-        tj_convert_to_f32((const char *)L->w + (size_t)(row * k) * tj_dtype_size(L->wdt), L->wdt, k, wrow);
-        for (int64_t q = 0; q < k; q++) wt[i * dim + q] = wrow[q];
-        wt[i * dim + k] = c->bias[row];
-    }
+    for (int64_t i = 0; i < nr; i++) row_target(c, job->rows[i], wrow, wt + i * dim);
     memcpy(wc, wt, (size_t)(nr * dim) * sizeof *wc);
     memcpy(a, c->hinv, (size_t)(dim * dim) * sizeof *a);
     for (int64_t p = 0; p < dim; p++) pos2orig[p] = p;
@@ -639,9 +700,9 @@ static tj_status add_ew(const lctx *c, tj_layer *out, float *w, float *b, int64_
     if (count > removed) count = removed;
     if (!(cand = malloc((size_t)(removed ? removed : 1) * sizeof *cand))) goto oom;
     for (int64_t row = 0; row < n; row++) {
-        tj_convert_to_f32((const char *)L->w + (size_t)(row * k) * tj_dtype_size(L->wdt), L->wdt, k, wrow);
-        for (int64_t q = 0; q < k; q++) delta[q] = (double)wrow[q] - (double)w[row * k + q];
-        delta[k] = c->bias[row] - (double)b[row];
+        row_target(c, row, wrow, delta);
+        for (int64_t q = 0; q < k; q++) delta[q] -= (double)w[row * k + q];
+        delta[k] -= (double)b[row];
         double *g = grad + row * dim;
         for (int64_t i = 0; i < dim; i++) g[i] = dot(c->hd + i * dim, delta, dim);
         memset(kept, 0, (size_t)k);

@@ -23,16 +23,22 @@
  *   NAME.hessian  F64 [k+1, k+1]  Σ over calibration tokens of x̃ x̃ᵀ, x̃ = [x_0 .. x_{k-1}, 1]
  *                                 (the last row/column belongs to the bias' ones column)
  *   NAME.tokens   I64 [1]         number of tokens summed (must equal NAME.hessian[k][k])
+ *   NAME.cross    F64 [k+1, k+1]  optional: Σ over the same tokens of x̃ x̃_refᵀ, x̃_ref the input the
+ *                                 DENSE model gives the layer for the same token (x̃ from the model
+ *                                 being pruned). With it the rebuild targets the dense model's output
+ *                                 W̃ x̃_ref instead of W̃ x̃ (see docs/pruning-calibrated.md).
  * __metadata__ {"format": "tilejit-calibration", "version": "1", ...}. */
 typedef struct tj_calib_stats {
     const double *h; /* [(k+1) × (k+1)], borrowed from the mapped file (may be unaligned: see calib.c) */
     int64_t dim;     /* k + 1 */
     int64_t tokens;
+    const double *cross; /* NULL, or [(k+1) × (k+1)] Σ x̃ x̃_refᵀ (row: pruned input, column: dense) */
 } tj_calib_stats;
 
 /* Finds and checks the statistics of layer L in a statistics file: both tensors present, the
  * shapes matching L's k (a mismatch names both: statistics for another model), the token count
- * positive and equal to the ones column's diagonal, every entry finite. */
+ * positive and equal to the ones column's diagonal, every entry finite; NAME.cross, when present,
+ * checked the same way (its [k][k] entry counts the tokens too). */
 tj_status tj_calib_stats_find(const tj_st_file *stats, const tj_prune_layer_in *L, tj_calib_stats *out,
                               tj_error *err);
 

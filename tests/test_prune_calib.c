@@ -18,6 +18,7 @@ typedef struct rl {
     int64_t n, k, T;
     float *w, *b;
     double *x, *h;
+    double *xr, *gc; /* optional: the dense model's inputs X_ref [T × k] and G = X̃ᵀX̃_ref */
     tj_prune_layer_in in;
     tj_calib_layer cl;
 } rl;
@@ -48,12 +49,31 @@ static void rl_init(rl *r, int64_t n, int64_t k, int64_t T, uint64_t seed, doubl
             for (int64_t j = 0; j < d; j++) r->h[i * d + j] += xi * (j < k ? r->x[t * k + j] : 1.0);
         }
     r->in = (tj_prune_layer_in){"blk.0.lin", n, k, r->w, TJ_F32, NULL, TJ_F32};
-    r->cl = (tj_calib_layer){&r->in, r->b, TJ_F32, {r->h, d, T}, density, NULL};
+    r->cl = (tj_calib_layer){&r->in, r->b, TJ_F32, {r->h, d, T, NULL}, density, NULL};
+}
+
+/* Dense-model inputs X_ref = X + a correlated perturbation (what the earlier pruned layers
+ * changed) and the cross statistics G = X̃ᵀX̃_ref, attached to the layer. */
+static void rl_add_cross(rl *r, uint64_t seed)
+{
+    tj_rng g = {seed};
+    int64_t k = r->k, d = k + 1, T = r->T;
+    r->xr = malloc((size_t)(T * k) * sizeof *r->xr);
+    r->gc = calloc((size_t)(d * d), sizeof *r->gc);
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t i = 0; i < k; i++)
+            r->xr[t * k + i] = r->x[t * k + i] * (1.0 + 0.2 * tj_rng_uniform(&g)) + 0.3 * r->x[t * k + (i + 1) % k];
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t i = 0; i < d; i++) {
+            double xi = i < k ? r->x[t * k + i] : 1.0;
+            for (int64_t j = 0; j < d; j++) r->gc[i * d + j] += xi * (j < k ? r->xr[t * k + j] : 1.0);
+        }
+    r->cl.stats.cross = r->gc;
 }
 
 static void rl_free(rl *r)
 {
-    free(r->w), free(r->b), free(r->x), free(r->h);
+    free(r->w), free(r->b), free(r->x), free(r->h), free(r->xr), free(r->gc);
 }
 
 /* Solves A x = y (m × m) by Gaussian elimination with partial pivoting; A and y destroyed. */
@@ -99,7 +119,8 @@ static double out_err(const rl *r, const float *w, const float *b)
     return e;
 }
 
-/* Every kept row of every tile against the normal equations (Hd[K',K'] x = Hd[K',:] w̃). */
+/* Every kept row of every tile against the normal equations (Hd[K',K'] x = Hd[K',:] w̃, or with
+ * cross statistics Hd[K',K'] x = Gd[K',:] w̃: min ‖X̃_K' x − X̃_ref w̃‖² + λ‖x − w̃_K'‖²). */
 static void check_rebuild(const rl *r, const tj_layer *l, const float *w, const float *b, double damp)
 {
     int64_t d = r->k + 1;
@@ -119,7 +140,7 @@ static void check_rebuild(const rl *r, const tj_layer *l, const float *w, const 
             y[p] = 0;
             for (int64_t c = 0; c < d; c++) {
                 double wc = c < r->k ? r->w[row * r->k + c] : r->b[row];
-                y[p] += (r->h[idx[p] * d + c] + (idx[p] == c && c < r->k ? lambda : 0)) * wc;
+                y[p] += ((r->gc ? r->gc : r->h)[idx[p] * d + c] + (idx[p] == c && c < r->k ? lambda : 0)) * wc;
             }
             for (int64_t q = 0; q < m; q++) a[p * m + q] = r->h[idx[p] * d + idx[q]] + (p == q && p < nk ? lambda : 0);
         }
@@ -212,6 +233,53 @@ static void test_tw1_rebuild(void)
         }
         tj_pattern_destroy(p);
         free(w), free(b);
+        rl_free(&r);
+    }
+}
+
+/* Output error against the dense model: Σ ‖X̃ w̃' − X̃_ref w̃‖² from the data. */
+static double out_err_ref(const rl *r, const float *w, const float *b)
+{
+    double e = 0;
+    for (int64_t row = 0; row < r->n; row++)
+        for (int64_t t = 0; t < r->T; t++) {
+            double y0 = r->b[row], y1 = b[row];
+            for (int64_t i = 0; i < r->k; i++) {
+                y0 += r->xr[t * r->k + i] * r->w[row * r->k + i];
+                y1 += r->x[t * r->k + i] * w[row * r->k + i];
+            }
+            e += (y0 - y1) * (y0 - y1);
+        }
+    return e;
+}
+
+/* With cross statistics the rebuild solves the dense-target normal equations, and its error
+ * against the dense output is below the plain rebuild's (which targets the pruned inputs). */
+static void test_tw1_cross(void)
+{
+    const double dens[3] = {1.0, 0.5, 0.25};
+    for (int di = 0; di < 3; di++) {
+        rl r;
+        rl_init(&r, 10, 14, 60, 31 + (uint64_t)di, dens[di]);
+        tj_prune_options o = tj_prune_options_default();
+        o.g = 4;
+        tj_calib_options co = tj_calib_options_default();
+        co.damp = 0.01;
+        co.threads = 2;
+        tj_pattern *p0 = NULL, *p1 = NULL;
+        float *w0 = NULL, *b0 = NULL, *w1 = NULL, *b1 = NULL;
+        tj_error err = {0};
+        CHECK_OK(tj_prune_calibrated(&r.cl, 1, &o, &co, &p0, &w0, &b0, &err), &err);
+        rl_add_cross(&r, 77 + (uint64_t)di);
+        CHECK_OK(tj_prune_calibrated(&r.cl, 1, &o, &co, &p1, &w1, &b1, &err), &err);
+        if (p0 && p1) {
+            check_rebuild(&r, &p1->layers[0], w1, b1, co.damp);
+            double e0 = out_err_ref(&r, w0, b0), e1 = out_err_ref(&r, w1, b1);
+            CHECKF(e1 < 0.9 * e0, "density %g: error to the dense output %g with cross statistics, %g without", dens[di],
+                   e1, e0);
+        }
+        tj_pattern_destroy(p0), tj_pattern_destroy(p1);
+        free(w0), free(b0), free(w1), free(b1);
         rl_free(&r);
     }
 }
@@ -417,8 +485,44 @@ static void test_bad_inputs(void)
         other.name = "blk.0.lin";
         other.k = 6; /* matching shape: found */
         CHECK_OK(tj_calib_stats_find(sf, &other, &st, &err), &err);
-        CHECK(st.dim == 7 && st.tokens == 20);
+        CHECK(st.dim == 7 && st.tokens == 20 && !st.cross);
         tj_st_close(sf);
+    }
+    /* cross statistics of the wrong shape, or whose token count disagrees */
+    {
+        tj_prune_layer_in l7 = r.in;
+        l7.k = 6;
+        int64_t bad_shape[2] = {6, 6};
+        double *x7 = calloc(49, sizeof *x7);
+        tj_st_out_tensor t3[3] = {t[0], t[1], {"blk.0.lin.cross", "F64", 2, bad_shape, x7, 36 * 8}};
+        CHECK_OK(tj_st_write(path, t3, 3, NULL, &err), &err);
+        sf = NULL;
+        CHECK_OK(tj_st_open(path, &sf, &err), &err);
+        if (sf) {
+            tj_status s0 = tj_calib_stats_find(sf, &l7, &st, &err);
+            CHECKF(s0 == TJ_ERR_FORMAT && strstr(err.msg, "cross"), "%s", err.msg);
+            tj_st_close(sf);
+        }
+        t3[2].shape = shape;
+        t3[2].nbytes = 49 * 8; /* right shape, but [k][k] is 0, not the 20 tokens */
+        CHECK_OK(tj_st_write(path, t3, 3, NULL, &err), &err);
+        sf = NULL;
+        CHECK_OK(tj_st_open(path, &sf, &err), &err);
+        if (sf) {
+            tj_status s0 = tj_calib_stats_find(sf, &l7, &st, &err);
+            CHECKF(s0 == TJ_ERR_FORMAT && strstr(err.msg, "cross") && strstr(err.msg, "tokens"), "%s", err.msg);
+            tj_st_close(sf);
+        }
+        x7[48] = 20;
+        CHECK_OK(tj_st_write(path, t3, 3, NULL, &err), &err);
+        sf = NULL;
+        CHECK_OK(tj_st_open(path, &sf, &err), &err);
+        if (sf) {
+            CHECK_OK(tj_calib_stats_find(sf, &l7, &st, &err), &err);
+            CHECK(st.cross != NULL);
+            tj_st_close(sf);
+        }
+        free(x7);
     }
     free(h7);
     /* singular H: undamped, one input feature never active */
@@ -453,6 +557,7 @@ int main(void)
     snprintf(dir, sizeof dir, "/tmp/tj_test_prune_calib_XXXXXX");
     if (!mkdtemp(dir)) return 1;
     test_tw1_rebuild();
+    test_tw1_cross();
     test_sweep();
     test_tw2_tew();
     test_knapsack();

@@ -4,14 +4,18 @@
     python -m tilejit.calibrate --model default-model/all-MiniLM-L6-v2 --sparsity 0.5 --out OUT
 
 1. calibration statistics of every linear layer from the dense model (H = X̃ᵀX̃, X̃ = [X, 1], float64,
-   over the calibration sentences) → OUT/stats-dense.safetensors (format: docs/pruning-calibrated.md);
+   over the calibration sentences) → OUT/stats-dense.safetensors (format: docs/pruning-calibrated.md;
+   needed by the profile and the one-shot prune only);
 2. with --allocation measured: the profile. Each layer alone is rebuilt at densities j/16 by
    `tilejit prune --sweep-out` and the model's output (mean-pooled embedding) on held-out
    calibration sentences is compared with the dense one: loss = 1 − cosine → OUT/profile.json;
    with --latency, per-layer times at each density from `tilejit bench` go into the same table;
 3. the prune itself, sequentially (default): block by block and stage by stage (query/key/value,
    attention output, intermediate, output), each stage's statistics are collected from the model
-   with every earlier stage already pruned, and `tilejit prune` rebuilds that stage's layers
+   with every earlier stage already pruned, together with the cross statistics X̃ᵀX̃_ref against the
+   dense model's input of the same stage (--target dense, the default: the rebuild then matches the
+   dense model's output, not the layer's own output on drifted inputs), and `tilejit prune`
+   rebuilds that stage's layers
    (the allocation is computed over the whole profile every time, so it is the same for all
    stages) → OUT/pattern.json, OUT/pruned.safetensors;
 4. with --evaluate N: the mean embedding cosine to the dense model on N evaluation sentences.
@@ -22,6 +26,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -59,13 +64,35 @@ def gram(x, chunk=2048):
     return (h + h.T) * 0.5
 
 
-def stats_tensors(names, x):
-    """The statistics file's tensors for layers sharing the input x."""
+def cross_gram(x, xref, chunk=2048):
+    """X̃ᵀX̃_ref for X̃ = [x, 1], X̃_ref = [xref, 1] (same tokens) in float64: rows follow x (the
+    model being pruned), columns xref (the dense model)."""
+    t, k = x.shape
+    if xref.shape != x.shape:
+        raise ValueError("cross statistics: inputs of shape %s and %s" % (x.shape, xref.shape))
+    g = np.zeros((k + 1, k + 1))
+    for s in range(0, t, chunk):
+        xs = np.asarray(x[s:s + chunk], dtype=np.float32)
+        rs = np.asarray(xref[s:s + chunk], dtype=np.float32)
+        g[:k, :k] += (xs.T @ rs).astype(np.float64)
+        g[:k, k] += xs.astype(np.float64).sum(0)
+        g[k, :k] += rs.astype(np.float64).sum(0)
+    g[k, k] = t
+    return g
+
+
+def stats_tensors(names, x, xref=None):
+    """The statistics file's tensors for layers sharing the input x; with xref (the dense model's
+    input of the same layers for the same tokens) also NAME.cross, so that the rebuild targets the
+    dense model's output."""
     h = gram(x)
+    g = cross_gram(x, xref) if xref is not None else None
     out = {}
     for n in names:
         out[n + ".hessian"] = h
         out[n + ".tokens"] = np.array([x.shape[0]], dtype=np.int64)
+        if g is not None:
+            out[n + ".cross"] = g
     return out
 
 
@@ -82,11 +109,15 @@ class Stages:
 
     def inputs(self, i, x):
         """Block i's stage inputs from its input x: [x, ctx, h, f] and the block output."""
-        m = self.model
-        ctx = m.attention(i, x, self.offs)
-        h = m.attention_out(i, ctx, x)
-        f = m.intermediate(i, h)
-        return [x, ctx, h, f], m.output(i, f, h)
+        return block_inputs(self.model, i, x, self.offs)
+
+
+def block_inputs(m, i, x, offs):
+    """Block i's stage inputs from its input x in model m: [x, ctx, h, f] and the block output."""
+    ctx = m.attention(i, x, offs)
+    h = m.attention_out(i, ctx, x)
+    f = m.intermediate(i, h)
+    return [x, ctx, h, f], m.output(i, f, h)
 
 
 def run_from(model, i, stage, ins, offs):
@@ -131,14 +162,16 @@ def profile(tj, weights, stats_path, model, seqs, g, steps, tmp, layer_names, ti
     table = {"format": "tilejit-prune-profile", "version": 1, "densities": dens, "layers": [],
              "sentences": len(seqs), "tokens": int(st.offs[-1]), "measured": [dens[j] for j in measure]}
     t0 = time.time()
+    # one tilejit call sweeps every layer (one process, the weights and statistics mapped once)
+    sweep = os.path.join(tmp, "sweep.safetensors")
+    subprocess.run([tj, "prune", "--weights", weights, "--calibration", stats_path, "--layers", layer_regex(layer_names),
+                    "--g", str(g), "--sweep-out", sweep, "--sweep-steps", str(steps), "--quiet",
+                    "--sweep-weights", ",".join(map(str, measure))], check=True, stdout=subprocess.DEVNULL)
+    sw = safetensors.load(sweep)
+    log("profile: sweeps of %d layers in %.0f s" % (len(layer_names), time.time() - t0))
     for li, name in enumerate(layer_names):
         i = int(name.split(".")[2])
         stage = next(s for s, names in enumerate(bert.STAGES) if name.endswith(tuple(names)))
-        sweep = os.path.join(tmp, "sweep.safetensors")
-        subprocess.run([tj, "prune", "--weights", weights, "--calibration", stats_path, "--layers", layer_regex([name]),
-                        "--g", str(g), "--sweep-out", sweep, "--sweep-steps", str(steps), "--quiet",
-                        "--sweep-weights", ",".join(map(str, measure))], check=True, stdout=subprocess.DEVNULL)
-        sw = safetensors.load(sweep)
         err = np.array(sw[name + ".error"], dtype=np.float64)
         w0, b0 = model.w[name + ".weight"], model.w[name + ".bias"]
         measured = {}
@@ -167,6 +200,8 @@ def profile(tj, weights, stats_path, model, seqs, g, steps, tmp, layer_names, ti
         table["layers"].append(entry)
         log("profile: %2d/%d %-45s loss at d=1/4,1/2,3/4: %.4f %.4f %.4f  (%.0f s)"
             % (li + 1, len(layer_names), name, loss[steps // 4], loss[steps // 2], loss[3 * steps // 4], time.time() - t0))
+    del sw
+    os.remove(sweep)
     return table
 
 
@@ -208,8 +243,11 @@ def main(argv=None):
     ap.add_argument("--g", type=int, default=128)
     ap.add_argument("--allocation", default="measured", choices=["measured", "uniform", "global"])
     ap.add_argument("--steps", type=int, default=16, help="profile densities j/steps")
-    ap.add_argument("--calib-sentences", type=int, default=256)
-    ap.add_argument("--profile-sentences", type=int, default=16)
+    ap.add_argument("--calib-sentences", type=int, default=1024)
+    ap.add_argument("--target", default="dense", choices=["dense", "own"],
+                    help="sequential rebuild target: the dense model's layer output (cross statistics, default) "
+                         "or the layer's own output on the pruned model's inputs")
+    ap.add_argument("--profile-sentences", type=int, default=64)
     ap.add_argument("--measure", default="2,4,8,12",
                     help="the j (of j/steps) at which the profile runs the model ('all': every one)")
     ap.add_argument("--evaluate", type=int, default=0, help="evaluation sentences (0: none)")
@@ -227,6 +265,7 @@ def main(argv=None):
     tj = find_tilejit(a.tilejit)
     os.makedirs(a.out, exist_ok=True)
     t_all = time.time()
+    cpu0 = cpu_seconds()
     model = bert.Bert.from_dir(a.model)
     wpath = os.path.join(a.model, "model.safetensors")
     tok = bert.WordPiece(os.path.join(a.model, "vocab.txt"))
@@ -241,8 +280,11 @@ def main(argv=None):
     # 1. dense statistics
     t = time.time()
     stats_path = os.path.join(a.out, "stats-dense.safetensors")
+    need_dense = a.allocation == "measured" or a.no_sequential or a.allocation == "global"
     if a.reuse_profile and os.path.exists(stats_path):
         log("calibrate: reusing %s" % stats_path)
+    elif not need_dense:
+        log("calibrate: no dense statistics needed (sequential %s prune)" % a.allocation)
     else:
         st = Stages(model, cal_seqs)
         x, tensors = st.x0, {}
@@ -293,10 +335,13 @@ def main(argv=None):
         cur = wpath
         st = Stages(model, cal_seqs)
         x, layers = st.x0, []
+        dense = bert.Bert(model.w, model.c) if a.target == "dense" else None
+        xd = st.x0
         tmp_w = [os.path.join(a.out, "tmp-a.safetensors"), os.path.join(a.out, "tmp-b.safetensors")]
         step = 0
         for i in range(nblocks):
             ins = [x, None, None, None]
+            ins_d, xd_next = block_inputs(dense, i, xd, st.offs) if dense is not None else (None, None)
             for s, stage_names in enumerate(bert.STAGES):
                 if s == 1:
                     ins[1] = model.attention(i, x, st.offs)
@@ -306,7 +351,8 @@ def main(argv=None):
                     ins[3] = model.intermediate(i, ins[2])
                 group = ["encoder.layer.%d.%s" % (i, n) for n in stage_names]
                 spath = os.path.join(a.out, "stats-stage.safetensors")
-                save_stats(spath, stats_tensors(group, ins[s]), os.path.basename(a.model.rstrip("/")))
+                save_stats(spath, stats_tensors(group, ins[s], ins_d[s] if ins_d is not None else None),
+                           os.path.basename(a.model.rstrip("/")))
                 out_w = tmp_w[step % 2]
                 ppath = os.path.join(a.out, "pattern-stage.json")
                 subprocess.run([tj, "prune", "--weights", cur, "--calibration", spath, "--layers", layer_regex(group),
@@ -319,6 +365,7 @@ def main(argv=None):
                 cur = out_w
                 step += 1
             x = model.output(i, ins[3], ins[2])
+            xd = xd_next
             log("calibrate: block %d/%d pruned (%.0f s)" % (i + 1, nblocks, time.time() - t))
         os.replace(cur, pruned)
         for p in tmp_w + [os.path.join(a.out, "stats-stage.safetensors"), os.path.join(a.out, "pattern-stage.json")]:
@@ -330,17 +377,19 @@ def main(argv=None):
     total = time.time() - t_all
     summary = {"model": os.path.basename(a.model.rstrip("/")), "mode": a.mode, "g": a.g, "allocation": a.allocation,
                "sparsity": a.sparsity, "budget_ms": a.budget_ms, "sequential": not (a.no_sequential or a.allocation == "global"),
-               "calibration_sentences": len(cal), "profile_sentences": len(prof) if a.allocation == "measured" else 0,
+               "target": a.target,
+               "calibration_sentences": len(cal), "calibration_tokens": sum(map(len, cal_seqs)), "profile_sentences": len(prof) if a.allocation == "measured" else 0,
                "seconds": {"statistics": round(t_stats, 1), "profile": round(t_prof, 1), "prune": round(t_prune, 1),
-                           "total": round(total, 1)}}
+                           "total": round(total, 1)},
+               "cpu_seconds": round(cpu_seconds() - cpu0, 1)}
     # density actually reached
     with open(pattern) as f:
         pl = json.load(f)["layers"]
     kept = sum(kept_of(l) for l in pl)
     allw = sum(l["n"] * l["k"] for l in pl)
     summary["density"] = kept / allw
-    log("calibrate: pruned to density %.4f in %.1f s (statistics %.1f, profile %.1f, prune %.1f) -> %s, %s"
-        % (kept / allw, total, t_stats, t_prof, t_prune, pattern, pruned))
+    log("calibrate: pruned to density %.4f in %.1f s, %.1f s of CPU (statistics %.1f, profile %.1f, prune %.1f) -> %s, %s"
+        % (kept / allw, total, summary["cpu_seconds"], t_stats, t_prof, t_prune, pattern, pruned))
 
     # 4. evaluation
     if a.evaluate:
@@ -358,6 +407,12 @@ def main(argv=None):
         json.dump(summary, f, indent=1)
     print(json.dumps(summary))
     return 0
+
+
+def cpu_seconds():
+    """user + system CPU time of this process and its finished children (tilejit prune)."""
+    r = [resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+    return sum(x.ru_utime + x.ru_stime for x in r)
 
 
 def kept_of(layer):
