@@ -64,7 +64,7 @@
 
 #define TJ_CUDA_ABI_VERSION 1
 /* Bumped whenever emitted source may change for the same inputs (part of the cache key). */
-#define TJ_CUDA_GEN_VERSION "tilejit-cuda-gen-3"
+#define TJ_CUDA_GEN_VERSION "tilejit-cuda-gen-4"
 #define TJ_CUDA_PACK_PAD 8      /* tj_plan pad of the packed weights (16 bytes of halves) */
 #define TJ_CUDA_AUX_THREADS 256 /* block size of tj_fill and tj_ew */
 #define TJ_CUDA_MAX_LAUNCHES 3

@@ -108,6 +108,13 @@ static __device__ __forceinline__ unsigned long long tj_wg_desc(unsigned addr, u
            ((unsigned long long)((sbo & 0x3ffffu) >> 4) << 32) | ((unsigned long long)TJ_WG_SWIZZLE << 62);
 }
 
+/* The A and B element types of wgmma.mma_async. */
+#if TJ_IN_BF16
+#define TJ_WG_AB "bf16.bf16"
+#else
+#define TJ_WG_AB "f16.f16"
+#endif
+
 /* wgmma.mma_async m64nNk16 (N = TJ_BM) f32 += {f16,bf16}: A M-major and B N-major from shared
  * memory (imm-trans-a = imm-trans-b = 1); scale_d 0 ignores d's old value. */
 static __device__ __forceinline__ void tj_wgmma(float d[TJ_BM / 2], unsigned long long desc_a, unsigned long long desc_b,
@@ -116,9 +123,9 @@ static __device__ __forceinline__ void tj_wgmma(float d[TJ_BM / 2], unsigned lon
 #ifdef TJ_HOST_EXEC
     tj_hx_wgmma_mma_async(d, TJ_BM, desc_a, desc_b, scale_d, TJ_IN_BF16, 1, 1);
 #else
-#if TJ_BM == 64 && TJ_IN_BF16
+#if TJ_BM == 64
     asm volatile("{ .reg .pred p; setp.ne.b32 p, %34, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32." TJ_WG_AB " "
                  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
                  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
                  "%32, %33, p, 1, 1, 1, 1; }\n"
@@ -126,41 +133,11 @@ static __device__ __forceinline__ void tj_wgmma(float d[TJ_BM / 2], unsigned lon
                    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
                    "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
                    "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-                 : "l"(desc_a), "l"(desc_b), "r"(scale_d)
-                 : "memory");
-#elif TJ_BM == 64
-    asm volatile("{ .reg .pred p; setp.ne.b32 p, %34, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-                 "%32, %33, p, 1, 1, 1, 1; }\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-                 : "l"(desc_a), "l"(desc_b), "r"(scale_d)
-                 : "memory");
-#elif TJ_IN_BF16
-    asm volatile("{ .reg .pred p; setp.ne.b32 p, %66, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-                 "%64, %65, p, 1, 1, 1, 1; }\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
                  : "l"(desc_a), "l"(desc_b), "r"(scale_d)
                  : "memory");
 #else
     asm volatile("{ .reg .pred p; setp.ne.b32 p, %66, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32." TJ_WG_AB " "
                  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
                  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
                  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "

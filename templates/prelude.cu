@@ -284,6 +284,25 @@ static __device__ __forceinline__ void tj_cp16_s(unsigned dst, const void *src, 
 #endif
 }
 
+/* cp.async groups: close this thread's copies issued so far into a group; wait until at most N
+ * groups are still in flight. */
+static __device__ __forceinline__ void tj_cp_commit()
+{
+#ifdef TJ_HOST_EXEC
+    tj_hx_cp_async_commit_group();
+#else
+    asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+template <int N> static __device__ __forceinline__ void tj_cp_wait()
+{
+#ifdef TJ_HOST_EXEC
+    tj_hx_cp_async_wait_group(N);
+#else
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
+}
+
 /* ldmatrix .x4 .trans from shared [addr] (each lane gives one 16-byte row address). */
 static __device__ __forceinline__ void tj_ldsm_x4_t_s(unsigned r[4], unsigned addr)
 {

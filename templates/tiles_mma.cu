@@ -20,23 +20,6 @@
 #define TJ_XPASS (TJ_BK / TJ_XRP)
 #define TJ_WPASS (TJ_BK / TJ_WRP)
 
-static __device__ __forceinline__ void tj_cp_commit()
-{
-#ifdef TJ_HOST_EXEC
-    tj_hx_cp_async_commit_group();
-#else
-    asm volatile("cp.async.commit_group;\n" ::);
-#endif
-}
-template <int N> static __device__ __forceinline__ void tj_cp_wait()
-{
-#ifdef TJ_HOST_EXEC
-    tj_hx_cp_async_wait_group(N);
-#else
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-#endif
-}
-
 static __device__ __forceinline__ void tj_mma(float c[4], const unsigned a[4], const unsigned b[2])
 {
 #if defined(TJ_HOST_EXEC) && TJ_IN_BF16

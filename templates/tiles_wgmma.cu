@@ -17,23 +17,6 @@
 #define TJ_WG_XPASS (TJ_BK * TJ_WG_XSEG / 128)
 #define TJ_WG_WPASS (TJ_BK * 8 / 128)
 
-static __device__ __forceinline__ void tj_cp_commit()
-{
-#ifdef TJ_HOST_EXEC
-    tj_hx_cp_async_commit_group();
-#else
-    asm volatile("cp.async.commit_group;\n" ::);
-#endif
-}
-template <int N> static __device__ __forceinline__ void tj_cp_wait()
-{
-#ifdef TJ_HOST_EXEC
-    tj_hx_cp_async_wait_group(N);
-#else
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-#endif
-}
-
 /* Byte offset of 16-byte piece `seg` (of 8) in line `line` of a 1024-byte-aligned swizzled tile:
  * the 128-byte swizzle exchanges pieces by the line's index within its 8-line atom. */
 static __device__ __forceinline__ unsigned tj_wg_piece(int line, int seg)
