@@ -11,20 +11,11 @@
 #include "runtime/backend_cpu.h"
 #include "base/safetensors.h"
 #include "pattern/random.h"
-#include "tj_test.h"
+#include "tj_model.h"
 
 #define TOL 1e-5
 
-typedef struct wcase {
-    const char *what;
-    int64_t n, k, g;
-    double s;
-    int mode;
-    double ew, empty;
-    tj_activation act;
-    tj_dtype wdt;
-    int bias;
-} wcase;
+typedef tj_test_case wcase;
 
 typedef struct layer_data {
     tj_layer l;
@@ -33,28 +24,10 @@ typedef struct layer_data {
     tj_layer_weights lw;
 } layer_data;
 
-static void *random_typed(tj_rng *r, tj_dtype d, int64_t n)
-{
-    void *p = malloc((size_t)n * tj_dtype_size(d) + 1);
-    float *f = malloc((size_t)n * sizeof *f + 1);
-    tj_test_fill(r, f, n);
-    tj_convert_from_f32(f, n, d, p);
-    free(f);
-    return p;
-}
-
 static int make_layer(const wcase *c, uint64_t seed, layer_data *d)
 {
-    tj_error err;
-    tj_random_spec sp = {c->n, c->k, c->g, c->s, c->mode, seed, c->ew, c->empty, c->act};
     memset(d, 0, sizeof *d);
-    if (tj_random_layer(&sp, c->what, &d->l, &err) != TJ_OK) {
-        fprintf(stderr, "%s: %s\n", c->what, err.msg);
-        return 0;
-    }
-    tj_rng r = {seed * 7 + 3};
-    d->w = random_typed(&r, c->wdt, c->n * c->k);
-    d->b = c->bias ? random_typed(&r, c->wdt, c->n) : NULL;
+    if (!tj_test_case_make(c, seed, &d->l, &d->w, &d->b)) return 0;
     d->lw = (tj_layer_weights){d->w, c->wdt, d->b, c->wdt};
     return 1;
 }

@@ -18,7 +18,7 @@
 #include "runtime/backend_cpu.h"
 #include "base/safetensors.h"
 #include "pattern/random.h"
-#include "tj_test.h"
+#include "tj_model.h"
 
 /* Bounds (relative L2 error over the whole output):
  * - against the reference on the same bf16-rounded x and bf16 weights: the kernel's products
@@ -30,16 +30,7 @@
 #define TIGHT_BF16 (1.0 / 256)
 #define LOOSE 1e-2
 
-typedef struct bcase {
-    const char *what;
-    int64_t n, k, g;
-    double s;
-    int mode;
-    double ew, empty;
-    tj_activation act;
-    tj_dtype wdt;
-    int bias;
-} bcase;
+typedef tj_test_case bcase;
 
 static const bcase cases[] = {
     {"bert", 256, 192, 128, 0.75, 1, 0, 0, TJ_ACT_NONE, TJ_BF16, 1},
@@ -52,25 +43,6 @@ static const bcase cases[] = {
 };
 static const int64_t ms[] = {1, 3, 13, 29, 100};
 
-static int make(const bcase *c, uint64_t seed, tj_layer *l, void **w, void **b)
-{
-    tj_error err;
-    tj_random_spec sp = {c->n, c->k, c->g, c->s, c->mode, seed, c->ew, c->empty, c->act};
-    if (tj_random_layer(&sp, c->what, l, &err) != TJ_OK) {
-        fprintf(stderr, "%s: %s\n", c->what, err.msg);
-        return 0;
-    }
-    tj_rng r = {seed * 7 + 3};
-    float *f = malloc((size_t)(c->n * c->k + c->n) * sizeof *f);
-    tj_test_fill(&r, f, c->n * c->k + c->n);
-    *w = malloc((size_t)(c->n * c->k) * 4 + 4);
-    *b = c->bias ? malloc((size_t)c->n * 4 + 4) : NULL;
-    tj_convert_from_f32(f, c->n * c->k, c->wdt, *w);
-    if (*b) tj_convert_from_f32(f + c->n * c->k, c->n, c->wdt, *b);
-    free(f);
-    return 1;
-}
-
 /* One config × case × M: returns 0 when a bound fails. */
 static void check(tj_cpu_jit *jit, tj_pool *pool, const tj_cpu_config *cfg, int *id)
 {
@@ -82,7 +54,7 @@ static void check(tj_cpu_jit *jit, tj_pool *pool, const tj_cpu_config *cfg, int 
         const bcase *c = &cases[ci];
         tj_layer l;
         void *w = NULL, *b = NULL;
-        if (!make(c, 40 + ci, &l, &w, &b)) { CHECK(0); continue; }
+        if (!tj_test_case_make(c, 40 + ci, &l, &w, &b)) { CHECK(0); continue; }
         tj_layer_weights lw = {w, c->wdt, b, c->wdt};
         /* the weights the kernel multiplies with: bf16 (exact for bf16, rounded for fp32) */
         float *wr = malloc((size_t)(l.n * l.k) * sizeof *wr + 4), *br = b ? malloc((size_t)l.n * 4 + 4) : NULL;
@@ -174,7 +146,7 @@ static void test_codegen(void)
     bcase c = {"codegen", 256, 192, 64, 0.75, 1, 0, 0, TJ_ACT_GELU, TJ_BF16, 1};
     tj_layer l;
     void *w = NULL, *b = NULL;
-    if (!make(&c, 5, &l, &w, &b)) { CHECK(0); return; }
+    if (!tj_test_case_make(&c, 5, &l, &w, &b)) { CHECK(0); return; }
     for (int dot = TJ_CPU_DOT_FMA; dot <= TJ_CPU_DOT_DPBF16; dot++) {
         tj_cpu_config cfg = tj_cpu_config_default();
         cfg.mr = 6, cfg.nr = 64, cfg.vec = 16, cfg.dtype = TJ_CPU_ACT_BF16, cfg.weights = TJ_CPU_WEIGHTS_BF16;
@@ -225,7 +197,7 @@ static void test_model_path(void)
     bcase c = {"enc.fc1", 192, 96, 64, 0.75, 2, 0.02, 0, TJ_ACT_GELU, TJ_BF16, 1};
     tj_layer l;
     void *w = NULL, *b = NULL;
-    if (!make(&c, 77, &l, &w, &b)) { CHECK(0); return; }
+    if (!tj_test_case_make(&c, 77, &l, &w, &b)) { CHECK(0); return; }
     tj_error err;
     tj_pattern p = {.nlayers = 1, .layers = &l};
     CHECK_OK(tj_pattern_save(&p, pat, &err), &err);
