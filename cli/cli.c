@@ -82,3 +82,19 @@ int cli_parse_backend(const char *cmd, const char *s, tj_backend *out)
     else return cli_fail(cmd, "--backend: unknown backend '%s' (expected auto, cpu, cuda or reference)", s);
     return 0;
 }
+
+void cli_error_prefix(tj_error *err, const char *prefix)
+{
+    char old[sizeof err->msg];
+    memcpy(old, err->msg, sizeof old);
+    size_t pl = strlen(prefix), ol = strnlen(old, sizeof old - 1), cap = sizeof err->msg - 1;
+    size_t at = pl < cap ? pl : cap;
+    memcpy(err->msg, prefix, at);
+    if (at + 2 <= cap) {
+        memcpy(err->msg + at, ": ", 2);
+        at += 2;
+    }
+    size_t take = ol < cap - at ? ol : cap - at;
+    memcpy(err->msg + at, old, take);
+    err->msg[at + take] = 0;
+}

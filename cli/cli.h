@@ -36,6 +36,8 @@ int cli_parse(const char *cmd, int argc, char **argv, const cli_opt *opts, const
 
 int cli_parse_int(const char *cmd, const char *opt, const char *s, int64_t lo, int64_t hi, int64_t *out);
 int cli_parse_double(const char *cmd, const char *opt, const char *s, double lo, double hi, double *out);
+/* "PREFIX: message" in err (the library keeps its own tj_error_prefix internal). */
+void cli_error_prefix(tj_error *err, const char *prefix);
 int cli_parse_backend(const char *cmd, const char *s, tj_backend *out);
 
 int cmd_inspect(int argc, char **argv);

@@ -52,14 +52,6 @@ static const char *help =
     "A tile-row's score is the L2 norm of its weights' scores divided by its length (a column's\n"
     "likewise over k). Prints each layer's density and FLOP reduction, and the totals.\n";
 
-/* Prepends "prefix: " to err's message. */
-static void error_prefix(tj_error *err, const char *prefix)
-{
-    char msg[TJ_ERROR_MSG_MAX];
-    snprintf(msg, sizeof msg, "%s: %.4000s", prefix, err->msg);
-    memcpy(err->msg, msg, sizeof msg);
-}
-
 void cli_print_pattern_summary(const tj_pattern *p)
 {
     printf("%-52s %6s %6s %4s %6s %5s %8s %8s %7s\n", "layer", "n", "k", "g", "cols", "tiles", "ew", "density",
@@ -135,7 +127,7 @@ int cmd_prune(int argc, char **argv)
     int rc = 1;
     if (tj_st_open(weights, &wf, &err) != TJ_OK) goto fail;
     if (scores && tj_st_open(scores, &sf, &err) != TJ_OK) {
-        error_prefix(&err, "--scores");
+        cli_error_prefix(&err, "--scores");
         goto fail;
     }
     if (tj_prune_select(wf, layers, sf, &in, &nl, &err) != TJ_OK) goto fail;

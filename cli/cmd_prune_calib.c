@@ -4,33 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cli/cli.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* "PREFIX: message" in err (base/error.c's tj_error_prefix, which the library keeps internal). */
-static void cli_error_prefix(tj_error *err, const char *prefix)
-{
-    char old[sizeof err->msg];
-    memcpy(old, err->msg, sizeof old);
-    size_t pl = strlen(prefix), ol = strnlen(old, sizeof old - 1), cap = sizeof err->msg - 1;
-    size_t at = pl < cap ? pl : cap;
-    memcpy(err->msg, prefix, at);
-    if (at + 2 <= cap) {
-        memcpy(err->msg + at, ": ", 2);
-        at += 2;
-    }
-    size_t take = ol < cap - at ? ol : cap - at;
-    memcpy(err->msg + at, old, take);
-    err->msg[at + take] = 0;
-}
 
 static const char *const calib_options[] = {"calibration", "allocation", "profile", "budget-ms", "sweep-out", NULL};
 
@@ -56,7 +31,7 @@ static void progress(void *user, const char *layer, int64_t done, int64_t total)
 {
     progress_state *p = user;
     if (p->quiet) return;
-    fprintf(stderr, "\rprune: %lld/%lld layers, %.1f s: %-60s", (long long)done, (long long)total, now_s() - p->t0, layer);
+    fprintf(stderr, "\rprune: %lld/%lld layers, %.1f s: %-60s", (long long)done, (long long)total, tj_now() - p->t0, layer);
     if (done == total) fputc('\n', stderr);
     fflush(stderr);
 }
@@ -134,7 +109,7 @@ int cmd_prune_calibrated(int argc, char **argv)
             return cli_fail("prune", "--sparsity %g plus --ew %g must stay below 1", opt.sparsity, opt.ew_fraction);
     }
 
-    progress_state ps = {now_s(), quiet};
+    progress_state ps = {tj_now(), quiet};
     tj_error err = {0};
     tj_st_file *wf = NULL, *sf = NULL;
     tj_prune_layer_in *in = NULL;
@@ -172,7 +147,7 @@ int cmd_prune_calibrated(int argc, char **argv)
     if (tj_prune_calibrated_run(wf, in, nl, &co, sweep ? NULL : &p, &res, &err) != TJ_OK) goto fail;
     if (sweep) {
         printf("wrote %s: %lld layers at densities j/%lld, j = 0..%lld, in %.2f s\n", sweep, (long long)nl,
-               (long long)steps, (long long)(steps - 1), now_s() - ps.t0);
+               (long long)steps, (long long)(steps - 1), tj_now() - ps.t0);
         rc = 0;
         goto done;
     }
