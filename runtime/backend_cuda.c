@@ -240,6 +240,14 @@ tj_status tj_cuda_kernel_load(tj_cuda_device *d, const tj_layer *l, const tj_cud
         s = TJ_CU(&d->cu, err, OccupancyMaxActiveBlocksPerMultiprocessor(&k->blocks_per_sm, k->tiles, 32 * cfg->warps,
                                                                         (size_t)smem));
     tj_cuda_device_unbind(d, prev);
+    /* Persistent tj_tiles: as many blocks as are resident at once, each looping over work items
+     * (docs/cuda-runtime.md); the occupancy calculator's 0 (cannot fit) leaves the full grid. */
+    if (s == TJ_OK && k->tiles && tj_cuda_template_persistent(cfg->tmpl)) {
+        if (!d->grid_full && k->blocks_per_sm > 0)
+            k->max_grid = tj_cuda_persistent_grid(UINT32_MAX, d->sm_count, k->blocks_per_sm);
+        if (d->grid_cap > 0)
+            k->max_grid = tj_cuda_persistent_grid(k->max_grid ? k->max_grid : UINT32_MAX, d->grid_cap, 1);
+    }
     if (s != TJ_OK) {
         tj_error_prefix(err, "layer '%s': loading its module", l->name);
         tj_cuda_kernel_destroy(d, k);
@@ -321,12 +329,7 @@ tj_status tj_cuda_kernel_launch(tj_cuda_device *d, const tj_cuda_kernel *k, cons
             break;
         }
         uint32_t gx = L->grid[0];
-        /* Persistent tj_tiles: as many blocks as are resident at once, each looping over work items
-         * (docs/cuda-runtime.md); the occupancy calculator's 0 (cannot fit) leaves the full grid. */
-        int persistent = f == k->tiles && tj_cuda_template_persistent(k->cfg.tmpl);
-        if (persistent && !d->grid_full && k->blocks_per_sm > 0)
-            gx = tj_cuda_persistent_grid(gx, d->sm_count, k->blocks_per_sm);
-        if (persistent && d->grid_cap > 0) gx = tj_cuda_persistent_grid(gx, d->grid_cap, 1);
+        if (f == k->tiles && k->max_grid && gx > k->max_grid) gx = k->max_grid;
         s = TJ_CU(&d->cu, err, LaunchKernel(f, gx, L->grid[1], L->grid[2], L->block[0], L->block[1], L->block[2],
                                             L->smem, stream, params, NULL));
         if (s != TJ_OK) {

@@ -73,6 +73,7 @@ typedef struct tj_cuda_kernel {
     tj_cache_result cache;
     int registers;         /* of tj_tiles */
     int blocks_per_sm;     /* of tj_tiles, from the driver's occupancy calculator */
+    uint32_t max_grid;     /* persistent tj_tiles: at most this many blocks (0: the full grid) */
     int64_t spill_bytes;
 } tj_cuda_kernel;
 
