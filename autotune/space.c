@@ -28,16 +28,20 @@ static const int cpu_mb[] = {0, 32, 128}; /* tokens per work item; 0: the backen
 static const int cpu_kc[] = {0, 384};     /* kept rows per k-block; 0: the backend's L1-sized */
 static const int cpu_serial[] = {0, -1};  /* built-in small-call threshold, or always parallel */
 static const char *const cpu_dtype[] = {"f32", "bf16"}; /* activations: bf16 only when asked for */
+/* Axis entries: the value count comes from the array itself (OMIT: the first value is left out
+ * of the config JSON). */
+#define AXIS_I(name, vals, omit) {name, (int)(sizeof vals / sizeof *vals), vals, NULL, omit}
+#define AXIS_S(name, vals, omit) {name, (int)(sizeof vals / sizeof *vals), NULL, vals, omit}
 enum { CPU_MR, CPU_NR, CPU_OFFSETS, CPU_UNROLL, CPU_MB, CPU_KC, CPU_SERIAL, CPU_DTYPE, CPU_NAXES };
 static const tj_tune_axis cpu_axes[CPU_NAXES] = {
-    {"mr", 6, cpu_mr, NULL, 0},
-    {"nr", 5, cpu_nr, NULL, 0},
-    {"offsets", 2, NULL, cpu_offsets, 0},
-    {"unroll", 3, cpu_unroll, NULL, 0},
-    {"mb", 3, cpu_mb, NULL, 0},
-    {"kc", 2, cpu_kc, NULL, 0},
-    {"serial", 2, cpu_serial, NULL, 1},
-    {"dtype", 2, NULL, cpu_dtype, 1},
+    AXIS_I("mr", cpu_mr, 0),
+    AXIS_I("nr", cpu_nr, 0),
+    AXIS_S("offsets", cpu_offsets, 0),
+    AXIS_I("unroll", cpu_unroll, 0),
+    AXIS_I("mb", cpu_mb, 0),
+    AXIS_I("kc", cpu_kc, 0),
+    AXIS_I("serial", cpu_serial, 1),
+    AXIS_S("dtype", cpu_dtype, 1),
 };
 
 /* The backend's built-in default must be a point of the space (the adaptive search measures it
@@ -70,13 +74,13 @@ static const int cuda_stages[] = {2, 3, 4};
 static const char *const cuda_offsets[] = {"table"};
 enum { CU_TEMPLATE, CU_BM, CU_BN, CU_BK, CU_WARPS, CU_STAGES, CU_OFFSETS, CU_NAXES };
 static const tj_tune_axis cuda_axes[CU_NAXES] = {
-    {"template", 3, NULL, cuda_template, 0},
-    {"bm", 3, cuda_bm, NULL, 0},
-    {"bn", 3, cuda_bn, NULL, 0},
-    {"bk", 3, cuda_bk, NULL, 0},
-    {"warps", 3, cuda_warps, NULL, 0},
-    {"stages", 3, cuda_stages, NULL, 0},
-    {"offsets", 1, NULL, cuda_offsets, 0},
+    AXIS_S("template", cuda_template, 0),
+    AXIS_I("bm", cuda_bm, 0),
+    AXIS_I("bn", cuda_bn, 0),
+    AXIS_I("bk", cuda_bk, 0),
+    AXIS_I("warps", cuda_warps, 0),
+    AXIS_I("stages", cuda_stages, 0),
+    AXIS_S("offsets", cuda_offsets, 0),
 };
 
 static int ival(const tj_tune_axis *axes, const int *p, int a) { return axes[a].ivals[p[a]]; }

@@ -7,10 +7,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "base/error.h"
 #include "tilejit/bench.h"
+#include "tilejit/io.h"
 #include "tj_config.h"
 #if TJ_HAVE_OPENBLAS
 #include <cblas.h>
@@ -155,20 +155,10 @@ const char *tj_dense_kind_word(tj_dense_kind kind)
     return kind >= 0 && kind < TJ_DENSE_NKINDS ? w[kind] : "?";
 }
 
-static uint16_t to_bf16(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffff) > 0x7f800000) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
-    u += 0x7fff + ((u >> 16) & 1);                                          /* round to nearest even */
-    return (uint16_t)(u >> 16);
-}
-
 static uint16_t *bf16_copy(const float *src, int64_t n)
 {
     uint16_t *d = aligned_alloc(64, ((size_t)n * 2 + 63) / 64 * 64);
-    if (d)
-        for (int64_t i = 0; i < n; i++) d[i] = to_bf16(src[i]);
+    if (d) tj_convert_from_f32(src, n, TJ_BF16, d);
     return d;
 }
 
@@ -386,13 +376,6 @@ static void *peak_thread(void *vp)
     return NULL;
 }
 
-static double wall(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 double tj_dense_fma_peak(int threads, double seconds)
 {
     if (threads < 1) threads = 1;
@@ -402,9 +385,9 @@ double tj_dense_fma_peak(int threads, double seconds)
     int64_t iters = 1 << 12;
     double t0, dt;
     for (;;) {
-        t0 = wall();
+        t0 = tj_now();
         peak_once(iters);
-        dt = wall() - t0;
+        dt = tj_now() - t0;
         if (dt >= 0.01 || iters >= (int64_t)1 << 40) break;
         iters *= 4;
     }
@@ -414,7 +397,7 @@ double tj_dense_fma_peak(int threads, double seconds)
         pthread_t tid[256];
         peak_arg pa[256];
         int started = 0;
-        t0 = wall();
+        t0 = tj_now();
         for (int i = 1; i < threads; i++) {
             pa[i].iters = iters;
             if (pthread_create(&tid[i], NULL, peak_thread, &pa[i]) != 0) break;
@@ -427,7 +410,7 @@ double tj_dense_fma_peak(int threads, double seconds)
             pthread_join(tid[i], NULL);
             flops += pa[i].flops;
         }
-        dt = wall() - t0;
+        dt = tj_now() - t0;
         if (dt > 0 && flops / dt > best) best = flops / dt;
     }
     return best * 1e-9;

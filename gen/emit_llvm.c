@@ -16,6 +16,7 @@
  * weights in CSR order, bias: fp32 [N] or NULL. Offsets are baked as a constant i32 table read
  * by a rolled loop unrolled `unroll` times (table mode) or as immediates in straight-line code,
  * one function per tile (unrolled mode, capped at TJ_CPU_UNROLLED_MAX_STEPS row steps). */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,24 +99,31 @@ const tj_cpu_config *tj_cpu_config_space(int *count)
     return config_space;
 }
 
-int tj_cpu_host_bf16(void)
+/* The host's vector width and avx512_bf16, probed once (LLVM's feature string never changes). */
+static int host_vec = 1, host_bf16;
+static pthread_once_t host_once = PTHREAD_ONCE_INIT;
+
+static void host_probe(void)
 {
     char *f = LLVMGetHostCPUFeatures();
-    int has = f && strstr(f, "+avx512bf16") && strstr(f, "+avx512f");
-    LLVMDisposeMessage(f);
-    return has;
+    if (f) {
+        if (strstr(f, "+avx512f")) host_vec = 16;
+        else if (strstr(f, "+avx2") && strstr(f, "+fma")) host_vec = 8;
+        host_bf16 = strstr(f, "+avx512bf16") && strstr(f, "+avx512f");
+        LLVMDisposeMessage(f);
+    }
+}
+
+int tj_cpu_host_bf16(void)
+{
+    pthread_once(&host_once, host_probe);
+    return host_bf16;
 }
 
 int tj_cpu_host_vec(void)
 {
-    char *f = LLVMGetHostCPUFeatures();
-    int v = 1;
-    if (f) {
-        if (strstr(f, "+avx512f")) v = 16;
-        else if (strstr(f, "+avx2") && strstr(f, "+fma")) v = 8;
-        LLVMDisposeMessage(f);
-    }
-    return v;
+    pthread_once(&host_once, host_probe);
+    return host_vec;
 }
 
 int64_t tj_cpu_config_mb(const tj_cpu_config *c)
@@ -350,7 +358,6 @@ typedef struct em {
     int fused_act;
     LLVMTypeRef f32, i1, i8, i32, i64, ptr, vf, vi32, vmask, vptr, voidt;
     LLVMTypeRef i16, vi16, wty; /* packed weight element: f32, or i16 holding bf16 */
-    LLVMValueRef sh16;          /* <V x i32> splat of 16: bf16 → fp32 */
     LLVMTypeRef mk_ty;          /* micro-kernel signature */
     LLVMValueRef fma, fma_s;    /* llvm.fmuladd on <V x float> and float */
     LLVMTypeRef fma_ty, fma_s_ty;
@@ -550,9 +557,7 @@ static void emit_row(em *e, int mr, int nv, LLVMValueRef x, LLVMValueRef wrow, L
         if (e->wty == e->f32) {
             w[j] = load(e, e->vf, gep(e, e->f32, wrow, ci64(e, j * e->V)), (unsigned)(4 * e->V));
         } else { /* bf16: the high half of an fp32, widened exactly in registers */
-            LLVMValueRef h = load(e, e->vi16, gep(e, e->i16, wrow, ci64(e, j * e->V)), (unsigned)(2 * e->V));
-            LLVMValueRef z = LLVMBuildShl(e->b, LLVMBuildZExt(e->b, h, e->vi32, ""), e->sh16, "");
-            w[j] = LLVMBuildBitCast(e->b, z, e->vf, "");
+            w[j] = bf16_widen(e, load(e, e->vi16, gep(e, e->i16, wrow, ci64(e, j * e->V)), (unsigned)(2 * e->V)));
         }
     }
     for (int i = 0; i < mr; i++) {
@@ -1323,11 +1328,6 @@ tj_status tj_cpu_emit_module_for(LLVMContextRef llctx, const tj_layer *l, const 
     e.yty = e.ybf ? e.i16 : e.f32;
     e.xpty = e.dp ? e.i16 : e.f32;
     e.packed_item = cfg->pack ? cfg->pack : e.xbf;
-    {
-        LLVMValueRef sh[16];
-        for (int i = 0; i < e.V; i++) sh[i] = LLVMConstInt(e.i32, 16, 0);
-        e.sh16 = LLVMConstVector(sh, (unsigned)e.V);
-    }
     e.vptr = LLVMVectorType(e.ptr, (unsigned)e.V);
     LLVMTypeRef mkp[MK_NARGS] = {e.ptr, e.ptr, e.ptr, e.ptr, e.i64, e.i64, e.ptr, e.ptr, e.i64, e.ptr, e.i64, e.i64};
     e.mk_ty = LLVMFunctionType(e.voidt, mkp, MK_NARGS, 0);

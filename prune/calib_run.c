@@ -4,19 +4,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "base/clock.h"
 #include "base/error.h"
 #include "prune/calib.h"
 #include "tilejit/io.h"
 #include "tilejit/pattern.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 tj_prune_calibrated_options tj_prune_calibrated_options_default(void)
 {
@@ -216,15 +209,15 @@ tj_status tj_prune_calibrated_run(const tj_st_file *wf, const tj_prune_layer_in 
     }
     co.progress = o->progress;
     co.progress_user = o->progress_user;
-    double t0 = now_s();
+    double t0 = tj_now();
     if ((s = tj_prune_calibrated(cl, nl, &opt, &co, &p, nw, nb, err)) != TJ_OK) goto done;
-    double t1 = now_s();
+    double t1 = tj_now();
     if ((s = tj_pattern_save(p, o->pattern_out, err)) != TJ_OK) goto done;
     if (o->pruned_out &&
         (s = tj_prune_write_rebuilt(wf, p, (const float *const *)nw, (const float *const *)nb, o->pruned_out, err)) !=
             TJ_OK)
         goto done;
-    double t2 = now_s();
+    double t2 = tj_now();
     if (res) {
         res->prune_s = t1 - t0;
         res->write_s = t2 - t1;

@@ -165,7 +165,7 @@ void tj_dl_strides(const DLTensor *t, int64_t st[2])
     }
 }
 
-static int is_host(const DLTensor *t)
+int tj_dl_is_host(const DLTensor *t)
 {
     return t->device.device_type == kDLCPU || t->device.device_type == kDLCUDAHost;
 }
@@ -232,7 +232,7 @@ static tj_status linear_host(tj_model *m, int64_t layer, tj_linear_args *a, tj_e
 {
     const tj_layer *l = &m->pattern->layers[layer];
     int fm = a->layout == TJ_LAYOUT_FEATURE_MAJOR;
-    if (!is_host(a->x) || !is_host(a->y))
+    if (!tj_dl_is_host(a->x) || !tj_dl_is_host(a->y))
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "backend %s takes host tensors (kDLCPU)", m->ops->name);
     float *xbuf = NULL, *ybuf = NULL;
     int64_t xn, yn;

@@ -110,10 +110,12 @@ const char *tj_context_config_for(tj_context *c, const char *backend, const char
 const char *tj_context_config_at(tj_context *c, const char *backend, const char *device, const char *arch,
                                  const tj_layer *l, int64_t m, int note, int64_t *m_tuned);
 
-/* DLTensor helpers shared by model.c and the backends: the element type (0 if unsupported)
- * and the element strides of a 2-D tensor (compact row-major when strides is NULL). */
+/* DLTensor helpers shared by model.c, model_tensors.c and the backends: the element type (0 if
+ * unsupported), the element strides of a 2-D tensor (compact row-major when strides is NULL),
+ * and whether the CPU can read its memory (kDLCPU or kDLCUDAHost). */
 int tj_dl_dtype(const DLTensor *t, tj_dtype *out);
 void tj_dl_strides(const DLTensor *t, int64_t st[2]);
+int tj_dl_is_host(const DLTensor *t);
 
 
 #endif

@@ -16,11 +16,6 @@ static const DLTensor *find_tensor(const tj_named_tensor *t, int64_t n, const ch
     return NULL;
 }
 
-static int is_host(const DLTensor *t)
-{
-    return t->device.device_type == kDLCPU || t->device.device_type == kDLCUDAHost;
-}
-
 /* Element strides of a 1-D ([rows]) or 2-D ([rows × cols]) tensor; compact when strides is NULL. */
 static void strides_of(const DLTensor *t, int64_t st[2])
 {
@@ -40,7 +35,7 @@ static tj_status bind_tensor(tj_model *m, const DLTensor *t, const char *name, i
 {
     int nd = cols ? 2 : 1;
     if (!t) return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "tensor '%s': NULL DLTensor", name);
-    if (!is_host(t))
+    if (!tj_dl_is_host(t))
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT,
                        "tensor '%s': device type %d; weights must be host memory (kDLCPU), copy them to the host first",
                        name, (int)t->device.device_type);
@@ -61,12 +56,8 @@ static tj_status bind_tensor(tj_model *m, const DLTensor *t, const char *name, i
     size_t es = tj_dtype_size(*dt);
     const char *base = (const char *)t->data + t->byte_offset;
     int compact = (rows <= 1 || st[0] == c) && (c <= 1 || st[1] == 1);
-    if (rows * c == 0) {
-        *data = base;
-        return TJ_OK;
-    }
-    if (!t->data) return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "tensor '%s': NULL data", name);
-    if (compact) {
+    if (rows * c != 0 && !t->data) return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "tensor '%s': NULL data", name);
+    if (rows * c == 0 || compact) {
         *data = base;
         return TJ_OK;
     }

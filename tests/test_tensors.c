@@ -72,10 +72,8 @@ static void check_backend(tj_backend be, const tj_layer *l, const char *json, tj
     tj_test_fill(r, w, n * k);
     tj_test_fill(r, b, n);
     for (int64_t i = 0; i < n; i++)
-        for (int64_t j = 0; j < k; j++) {
-            wt[j * n + i] = w[i * k + j];
+        for (int64_t j = 0; j < k; j++)
             wh[i * k + j] = tj_f32_to_f16(w[i * k + j]);
-        }
     char wname[256], bname[256];
     snprintf(wname, sizeof wname, "%s.weight", l->name);
     snprintf(bname, sizeof bname, "%s.bias", l->name);

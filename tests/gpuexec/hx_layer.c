@@ -5,8 +5,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "base/clock.h"
 #include "base/rng.h"
 #include "runtime/model.h"
 
@@ -14,13 +14,6 @@ static const char *const template_names[] = {"prelude.cu", "tiles_mma.cu", "hopp
                                                     "ew.cu"};
 #define NTEMPLATES 7
 static char *template_texts[NTEMPLATES];
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 tj_status tj_hx_layer_origins(tj_hx_exec *e, tj_error *err)
 {
@@ -72,10 +65,10 @@ tj_status tj_hx_layer_run(tj_hx_exec *e, const tj_hx_build_options *bo, const tj
     int m = k->m;
     int64_t n = l->n, kk = l->k;
 
-    double t0 = now_s();
+    double t0 = tj_now();
     if ((st = tj_cuda_emit(l, c, &src, err))) goto done;
     if ((st = tj_hx_module_build(bo, src, &mod, &res->compiled, err))) goto done;
-    res->compile_s = now_s() - t0;
+    res->compile_s = tj_now() - t0;
 
     /* data, exactly representable in the input dtype */
     tj_rng rng = {k->seed};
@@ -125,7 +118,7 @@ tj_status tj_hx_layer_run(tj_hx_exec *e, const tj_hx_build_options *bo, const tj
     tj_cuda_launch ln[TJ_CUDA_MAX_LAUNCHES];
     int count = 0;
     if ((st = tj_cuda_geometry(l, c, m, ln, &count, err))) goto done;
-    double t1 = now_s();
+    double t1 = tj_now();
     for (int i = 0; i < count; i++) {
         tj_hx_dim3 grid = {ln[i].grid[0], ln[i].grid[1], ln[i].grid[2]};
         if (k->grid > 0 && strcmp(ln[i].kernel, "tj_tiles") == 0 && tj_cuda_template_persistent(c->tmpl))
@@ -141,7 +134,7 @@ tj_status tj_hx_layer_run(tj_hx_exec *e, const tj_hx_build_options *bo, const tj
         res->stats.accesses += s.accesses;
         if (st) goto done;
     }
-    res->run_s = now_s() - t1;
+    res->run_s = tj_now() - t1;
 
     tj_layer_weights lw = {w16, c->dtype, k->bias ? bias : NULL, TJ_F32};
     tj_reference_linear(l, &lw, x32, m, ref);
