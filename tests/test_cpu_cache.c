@@ -17,38 +17,29 @@
 #include <unistd.h>
 
 #include "base/dtype.h"
-#include "pattern/random.h"
 #include "runtime/backend_cpu.h"
+#include "tj_model.h"
 #include "tj_test.h"
 
 #define NL 3
 
 typedef struct layer_data {
     tj_layer l;
-    float *w, *bias;
+    void *w, *bias;
     tj_layer_weights lw;
 } layer_data;
 
-static int make_layers(layer_data *d, uint64_t seed)
+/* The same layers (patterns and weights from fixed seeds) in every process. */
+static int make_layers(layer_data *d)
 {
-    static const tj_random_spec spec[NL] = {
-        {256, 192, 64, 0.75, 1, 0, 0, 0, TJ_ACT_RELU},
-        {200, 96, 32, 0.5, 2, 0, 0.02, 0, TJ_ACT_GELU},
-        {128, 128, 128, 0.9, 1, 0, 0, 0, TJ_ACT_NONE},
+    static const tj_test_case cases[NL] = {
+        {"l0", 256, 192, 64, 0.75, 1, 0, 0, TJ_ACT_RELU, TJ_F32, 1},
+        {"l1", 200, 96, 32, 0.5, 2, 0.02, 0, TJ_ACT_GELU, TJ_F32, 1},
+        {"l2", 128, 128, 128, 0.9, 1, 0, 0, TJ_ACT_NONE, TJ_F32, 1},
     };
-    tj_rng r = {seed};
     for (int i = 0; i < NL; i++) {
-        tj_random_spec s = spec[i];
-        s.seed = 40 + (uint64_t)i; /* the same patterns in every process */
-        char name[16];
-        snprintf(name, sizeof name, "l%d", i);
-        tj_error err;
-        if (tj_random_layer(&s, name, &d[i].l, &err) != TJ_OK) return 0;
-        d[i].w = malloc((size_t)(s.n * s.k) * sizeof(float));
-        d[i].bias = malloc((size_t)s.n * sizeof(float));
+        if (!tj_test_case_make(&cases[i], 40 + (uint64_t)i, &d[i].l, &d[i].w, &d[i].bias)) return 0;
         if (!d[i].w || !d[i].bias) return 0;
-        tj_test_fill(&r, d[i].w, s.n * s.k);
-        tj_test_fill(&r, d[i].bias, s.n);
         d[i].lw = (tj_layer_weights){d[i].w, TJ_F32, d[i].bias, TJ_F32};
     }
     return 1;
@@ -326,7 +317,7 @@ int main(void)
     if (!mkdtemp(base)) return 1;
     layer_data d[NL];
     memset(d, 0, sizeof d);
-    if (!make_layers(d, 3)) {
+    if (!make_layers(d)) {
         CHECK(0);
         return tj_test_end();
     }
