@@ -351,28 +351,15 @@ static tj_status cpu_available(tj_context *c, tj_error *err)
     return tj_cpu_jit_available(err);
 }
 
-/* The context's kernel cache (the same directory as the CUDA backend's), opened once; NULL
- * with a note when it cannot be used. */
+/* The context's kernel cache (the same directory as the CUDA backend's), opened once. */
 static tj_status open_cache(tj_context *c, tj_cache **out, tj_error *err)
 {
     tj_pool *pool;
     TJ_TRY(tj_cpu_context_pool(c, &pool, err)); /* creates c->cpu */
-    char *warning = NULL;
-    tj_status s = TJ_OK;
-    pthread_mutex_lock(&c->lock);
     cpu_ctx *cc = c->cpu;
-    if (!cc->cache_opened) {
-        s = tj_cache_open(c->cache_dir, &cc->cache, err);
-        if (s == TJ_OK) {
-            cc->cache_opened = 1;
-            warning = tj_cache_take_warning(cc->cache);
-        }
-    }
+    TJ_TRY(tj_context_open_cache(c, "cpu", &cc->cache, &cc->cache_opened, err));
     *out = cc->cache;
-    pthread_mutex_unlock(&c->lock);
-    if (warning) tj_context_note(c, "cpu: kernel cache: %s", warning);
-    free(warning);
-    return s;
+    return TJ_OK;
 }
 
 static void cpu_unload(tj_model *m)

@@ -449,24 +449,6 @@ static tj_status cuda_available(tj_context *c, tj_error *err)
     return TJ_OK;
 }
 
-static tj_status open_cache(tj_context *c, cuda_ctx *cc, tj_error *err)
-{
-    tj_status s = TJ_OK;
-    char *warning = NULL;
-    pthread_mutex_lock(&c->lock);
-    if (!cc->cache_opened) {
-        s = tj_cache_open(c->cache_dir, &cc->cache, err);
-        if (s == TJ_OK) {
-            cc->cache_opened = 1;
-            warning = tj_cache_take_warning(cc->cache);
-        }
-    }
-    pthread_mutex_unlock(&c->lock);
-    if (warning) tj_context_note(c, "cuda: kernel cache: %s", warning);
-    free(warning);
-    return s;
-}
-
 static void cuda_unload(tj_model *m)
 {
     cuda_model *cm = m->state;
@@ -515,7 +497,7 @@ static tj_status cuda_load(tj_model *m, tj_error *err)
     tj_context *c = m->ctx;
     cuda_ctx *cc = c->cuda;
     if (!cc) return tj_fail(err, TJ_ERR_INTERNAL, "CUDA backend used without a device");
-    TJ_TRY(open_cache(c, cc, err));
+    TJ_TRY(tj_context_open_cache(c, "cuda", &cc->cache, &cc->cache_opened, err));
     tj_cuda_device *d = cc->dev;
     const tj_pattern *p = m->pattern;
     cuda_model *cm = calloc(1, sizeof *cm);

@@ -85,6 +85,24 @@ void tj_context_note(tj_context *c, const char *fmt, ...)
     pthread_mutex_unlock(&c->lock);
 }
 
+tj_status tj_context_open_cache(tj_context *c, const char *backend, tj_cache **cache, int *opened, tj_error *err)
+{
+    tj_status s = TJ_OK;
+    char *warning = NULL;
+    pthread_mutex_lock(&c->lock);
+    if (!*opened) {
+        s = tj_cache_open(c->cache_dir, cache, err);
+        if (s == TJ_OK) {
+            *opened = 1;
+            warning = tj_cache_take_warning(*cache);
+        }
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (warning) tj_context_note(c, "%s: kernel cache: %s", backend, warning);
+    free(warning);
+    return s;
+}
+
 const char *tj_context_log(const tj_context *c) { return c && c->log.data ? c->log.data : ""; }
 tj_backend tj_context_backend(const tj_context *c) { return c ? c->backend : TJ_BACKEND_AUTO; }
 

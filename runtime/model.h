@@ -12,6 +12,7 @@
 #include "base/error.h"
 #include "base/safetensors.h"
 #include "base/clock.h"
+#include "jit/cache.h"
 
 /* One layer's weights, borrowed from the mapped safetensors file. */
 typedef struct tj_layer_weights {
@@ -90,6 +91,11 @@ tj_status tj_model_prepare(tj_model *m, tj_error *err);
 tj_status tj_context_set_error(const tj_context *c, const tj_error *err);
 /* Appends a verbose note (when opt.verbose) to the context log. */
 void tj_context_note(tj_context *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A backend's handle on the context's kernel cache directory (c->cache_dir), opened at its first
+ * model load: under c->lock, when *opened is 0, opens it into *cache and sets *opened; its warning
+ * (an unusable directory) becomes the note "BACKEND: kernel cache: ...". Fails only when out of
+ * memory; the backend closes *cache when it releases its context state. */
+tj_status tj_context_open_cache(tj_context *c, const char *backend, tj_cache **cache, int *opened, tj_error *err);
 
 /* The yardstick (reference.c): plain loops over the semantics of docs/architecture.md, fp32 accumulation.
  * x: [m × k] fp32 row-major, y: [m × n] fp32 row-major, fully written. Needs no memory. */

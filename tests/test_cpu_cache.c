@@ -311,6 +311,59 @@ static void test_lru(const char *base)
     tj_cache_close(c);
 }
 
+static int count_in(const char *hay, const char *needle)
+{
+    int n = 0;
+    for (const char *p = strstr(hay, needle); p; p = strstr(p + 1, needle)) n++;
+    return n;
+}
+
+/* A context whose cache directory cannot be made (it would lie under a regular file): models
+ * load and run without the cache, and the verbose log says so once, at the first load. */
+static void test_unusable_dir(const char *base)
+{
+    char dir[400], bad[700];
+    snprintf(dir, sizeof dir, "%.300s/unusable", base);
+    tj_test_model tm;
+    if (mkdir(dir, 0755) != 0 || tj_test_model_make(&tm, dir, 7, 8, TJ_ACT_RELU) != 0) {
+        CHECK(0);
+        return;
+    }
+    snprintf(bad, sizeof bad, "%s/cache", tm.pat);
+    tj_options o = tj_options_default();
+    o.backend = TJ_BACKEND_CPU;
+    o.verbose = 1;
+    o.cache_dir = bad;
+    tj_context *ctx = NULL;
+    CHECK(tj_context_create(&o, &ctx) == TJ_OK);
+    for (int i = 0; ctx && i < 2; i++) {
+        tj_model *m = NULL;
+        CHECKF(tj_model_load(ctx, tm.pat, tm.wts, &m) == TJ_OK, "load %d: %s", i, tj_context_error(ctx));
+        if (m) {
+            enum { M = 9 };
+            static float x[M * TJ_TEST_MODEL_K], y[M * TJ_TEST_MODEL_N], ref[M * TJ_TEST_MODEL_N];
+            tj_rng r = {(uint64_t)time(NULL) + (uint64_t)i};
+            tj_test_fill(&r, x, M * TJ_TEST_MODEL_K);
+            for (int j = 0; j < M * TJ_TEST_MODEL_N; j++) y[j] = NAN;
+            int64_t xs[2] = {M, TJ_TEST_MODEL_K}, ys[2] = {M, TJ_TEST_MODEL_N};
+            DLTensor xt = {.data = x, .device = {kDLCPU, 0}, .ndim = 2, .shape = xs, .dtype = {kDLFloat, 32, 1}};
+            DLTensor yt = {.data = y, .device = {kDLCPU, 0}, .ndim = 2, .shape = ys, .dtype = {kDLFloat, 32, 1}};
+            CHECKF(tj_linear(m, "fc", &xt, &yt, NULL) == TJ_OK, "%s", tj_context_error(ctx));
+            tj_layer_weights lw = {tm.w, TJ_F32, tm.bias, TJ_F32};
+            tj_reference_linear(&tm.layer, &lw, x, M, ref);
+            double e = tj_test_relerr(y, ref, M * TJ_TEST_MODEL_N);
+            CHECKF(e <= 1e-5, "load %d: relative error %g", i, e);
+        }
+        tj_model_destroy(m);
+    }
+    if (ctx) {
+        const char *log = tj_context_log(ctx);
+        CHECKF(count_in(log, "cpu: kernel cache: kernel cache disabled: cannot create directory") == 1, "%s", log);
+    }
+    tj_context_destroy(ctx);
+    tj_test_model_free(&tm);
+}
+
 int main(void)
 {
     char base[] = "/tmp/tj_cpu_cache_XXXXXX";
@@ -325,6 +378,7 @@ int main(void)
     test_killed_writers(base, d);
     test_processes(base, d);
     test_lru(base);
+    test_unusable_dir(base);
     free_layers(d);
     char cmd[4200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", base);

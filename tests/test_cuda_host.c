@@ -496,6 +496,34 @@ static void test_wgmma_default(void)
     unsetenv("TILEJIT_CUDA_WGMMA");
 }
 
+/* An unusable cache directory (under a regular file): the model loads without the cache, and the
+ * verbose log says so once, at the first load (tj_context_open_cache). */
+static void test_cache_note(void)
+{
+    setenv("TILEJIT_LIBCUDA", fake_path, 1);
+    setenv("TJ_FAKE_CUDA", "sm90", 1);
+    char bad[700];
+    snprintf(bad, sizeof bad, "%s/cache", path("m.json"));
+    tj_options o = tj_options_default();
+    o.backend = TJ_BACKEND_CUDA;
+    o.verbose = 1;
+    o.cache_dir = bad;
+    tj_context *ctx = NULL;
+    CHECK(tj_context_create(&o, &ctx) == TJ_OK);
+    for (int i = 0; ctx && i < 2; i++) {
+        tj_model *m = NULL;
+        CHECKF(tj_model_load(ctx, path("m.json"), path("m.safetensors"), &m) == TJ_OK, "load %d: %s", i,
+               tj_context_error(ctx));
+        tj_model_destroy(m);
+    }
+    if (ctx) {
+        const char *log = tj_context_log(ctx), *note = "cuda: kernel cache: kernel cache disabled: cannot create directory";
+        const char *first = strstr(log, note);
+        CHECKF(first && !strstr(first + 1, note), "%s", log);
+    }
+    tj_context_destroy(ctx);
+}
+
 int main(void)
 {
     fake_path = getenv("TJ_FAKE_LIBCUDA");
@@ -516,6 +544,7 @@ int main(void)
             test_alignment();
             test_wgmma_default();
             test_sync_check();
+            test_cache_note();
         }
     } else {
         fprintf(stderr, "TJ_FAKE_LIBCUDA not set: fake-driver cases skipped\n");
