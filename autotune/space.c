@@ -116,8 +116,7 @@ void tj_tune_host_for(const char *backend, const char *arch, const tj_layer *l, 
         int sm = 90;
         if (arch && sscanf(arch, "sm_%d", &sm) != 1) sm = 90;
         out->sm = sm;
-        /* tj_cuda_arch_smem_limit's table, kept here so the space builds without NVRTC */
-        out->smem_max = sm == 80 || sm == 87 ? 163 * 1024 : sm == 90 || sm == 100 ? 227 * 1024 : 99 * 1024;
+        out->smem_max = tj_cuda_arch_smem_limit(sm);
         out->regs_max = 255;
         return;
     }

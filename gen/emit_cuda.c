@@ -93,6 +93,23 @@ int64_t tj_cuda_arch_smem_limit(int sm)
     }
 }
 
+tj_status tj_cuda_config_fits_arch(const tj_cuda_config *c, int sm, int64_t smem_limit, const char *target,
+                                   tj_error *err)
+{
+    if (c->tmpl == TJ_CUDA_TEMPLATE_WGMMA && sm != 90)
+        return target ? tj_fail(err, TJ_ERR_INVALID_ARGUMENT,
+                                "cuda config: the wgmma kernel needs compute capability 9.0 (sm_90a); %s is sm_%d", target, sm)
+                      : tj_fail(err, TJ_ERR_INVALID_ARGUMENT,
+                                "cuda config: the wgmma kernel needs compute capability 9.0 (sm_90a), not sm_%d", sm);
+    char arch[16];
+    if (!target) target = tj_cuda_arch_name(sm, arch);
+    if (tj_cuda_smem_bytes(c) > smem_limit)
+        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT,
+                       "cuda config needs %lld bytes of shared memory per block; %s allows %lld (fewer stages or a smaller bk)",
+                       (long long)tj_cuda_smem_bytes(c), target, (long long)smem_limit);
+    return TJ_OK;
+}
+
 tj_status tj_cuda_config_check(const tj_cuda_config *c, tj_error *err)
 {
     if (c->dtype != TJ_F16 && c->dtype != TJ_BF16)

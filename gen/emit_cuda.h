@@ -128,6 +128,12 @@ void tj_cuda_warp_split(const tj_cuda_config *c, int *warps_n, int *warps_m);
 int64_t tj_cuda_smem_bytes(const tj_cuda_config *c);
 /* Largest dynamic shared memory per block of a real arch (80, 86, 89, 90, ...), opt-in. */
 int64_t tj_cuda_arch_smem_limit(int sm);
+/* Whether a config can run on compute capability `sm` (e.g. 86) with at most `smem_limit` bytes of
+ * dynamic shared memory per block (a device's opt-in limit, or tj_cuda_arch_smem_limit ahead of
+ * time): the wgmma template needs 9.0 (sm_90a), and tj_cuda_smem_bytes must fit. `target` names
+ * the device in the messages (NULL: "sm_XX"). The one check of the runtime and of tj_compile_pattern. */
+tj_status tj_cuda_config_fits_arch(const tj_cuda_config *c, int sm, int64_t smem_limit, const char *target,
+                                   tj_error *err);
 
 /* One kernel launch. */
 typedef struct tj_cuda_launch {

@@ -112,15 +112,9 @@ tj_status tj_compile_pattern(const tj_pattern *p, const tj_compile_options *opt,
         if ((s = tj_cuda_emit(l, &cfgs[nl], &sources[nl], err)) != TJ_OK) goto done;
         layer_of[nl] = i;
         for (int a = 0; a < narch; a++) {
-            if (tj_cuda_smem_bytes(&cfgs[nl]) > tj_cuda_arch_smem_limit(archs[a])) {
-                s = tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "layer '%s': config needs %lld bytes of shared memory, sm_%d allows %lld",
-                            l->name, (long long)tj_cuda_smem_bytes(&cfgs[nl]), archs[a],
-                            (long long)tj_cuda_arch_smem_limit(archs[a]));
-                goto done;
-            }
-            if (cfgs[nl].tmpl == TJ_CUDA_TEMPLATE_WGMMA && archs[a] != 90) {
-                s = tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "layer '%s': the wgmma kernel is for sm_90 (compiled as sm_90a) only, "
-                            "not sm_%d", l->name, archs[a]);
+            s = tj_cuda_config_fits_arch(&cfgs[nl], archs[a], tj_cuda_arch_smem_limit(archs[a]), NULL, err);
+            if (s != TJ_OK) {
+                tj_error_prefix(err, "layer '%s'", l->name);
                 goto done;
             }
             jobs[njobs].source = sources[nl];

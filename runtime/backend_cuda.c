@@ -178,13 +178,7 @@ void tj_cuda_data_free(tj_cuda_device *d, tj_cuda_data *data)
 tj_status tj_cuda_config_fits(const tj_cuda_device *d, const tj_layer *l, const tj_cuda_config *cfg, tj_error *err)
 {
     tj_status s = tj_cuda_config_check(cfg, err);
-    if (s == TJ_OK && cfg->tmpl == TJ_CUDA_TEMPLATE_WGMMA && d->sm != 90)
-        s = tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cuda config: the wgmma kernel needs compute capability 9.0 (sm_90a); %s is sm_%d",
-                    d->name, d->sm);
-    if (s == TJ_OK && tj_cuda_smem_bytes(cfg) > d->smem_optin)
-        s = tj_fail(err, TJ_ERR_INVALID_ARGUMENT,
-                    "cuda config needs %lld bytes of shared memory per block; %s allows %lld (fewer stages or a smaller bk)",
-                    (long long)tj_cuda_smem_bytes(cfg), d->name, (long long)d->smem_optin);
+    if (s == TJ_OK) s = tj_cuda_config_fits_arch(cfg, d->sm, d->smem_optin, d->name, err);
     if (s != TJ_OK) tj_error_prefix(err, "layer '%s'", l->name);
     return s;
 }
