@@ -361,6 +361,24 @@ uint32_t tj_cuda_persistent_grid(uint32_t work, int sm_count, int blocks_per_sm)
     return work < slots ? work : (uint32_t)slots;
 }
 
+tj_cuda_grid_mode tj_cuda_grid_mode_parse(const char *env)
+{
+    tj_cuda_grid_mode g = {0, 0};
+    if (!env) return g;
+    g.full = strcmp(env, "full") == 0;
+    if (!g.full && atoi(env) > 0) g.cap = atoi(env);
+    return g;
+}
+
+uint32_t tj_cuda_tiles_grid_limit(tj_cuda_template t, tj_cuda_grid_mode mode, int sm_count, int blocks_per_sm)
+{
+    if (!tj_cuda_template_persistent(t)) return 0;
+    uint32_t limit = 0;
+    if (!mode.full && blocks_per_sm > 0) limit = tj_cuda_persistent_grid(UINT32_MAX, sm_count, blocks_per_sm);
+    if (mode.cap > 0) limit = tj_cuda_persistent_grid(limit ? limit : UINT32_MAX, mode.cap, 1);
+    return limit;
+}
+
 tj_status tj_cuda_geometry(const tj_layer *l, const tj_cuda_config *c, int64_t m,
                            tj_cuda_launch out[TJ_CUDA_MAX_LAUNCHES], int *count, tj_error *err)
 {

@@ -47,7 +47,7 @@
  * (tj_cuda_tiles_work): work item w is item w / mblocks (items heaviest first: most kept rows,
  * each = bn features of one tile) and tokens (w % mblocks)·bm … +bm; block b takes w = b,
  * b + gridDim.x, … (a static schedule, no atomics). tj_cuda_geometry gives the full grid, one
- * item per block; the runtime launches tj_cuda_persistent_grid blocks (SMs × resident blocks per
+ * item per block; the runtime launches tj_cuda_tiles_grid_limit blocks (SMs × resident blocks per
  * SM) unless TILEJIT_CUDA_GRID=full. tj_fill / tj_ew: 1-D, n_fill (n_ew_rows) × ceil(M / 256)
  * blocks of 256.
  */
@@ -156,6 +156,26 @@ int tj_cuda_template_persistent(tj_cuda_template t);
 /* The persistent grid of tj_tiles: min(work, sm_count × blocks_per_sm) (a count ≤ 0 counts as 1),
  * so every block is resident at once and loops over its share of the work. */
 uint32_t tj_cuda_persistent_grid(uint32_t work, int sm_count, int blocks_per_sm);
+
+/* The persistent-grid rule, one definition for the runtime (runtime/backend_cuda.c) and the host
+ * executor (tests/gpuexec/hx_layer.c); docs/cuda-runtime.md. TILEJIT_CUDA_GRID: "full" launches
+ * one tj_tiles block per work item, a positive N at most N blocks, anything else (or unset) the
+ * persistent grid. */
+typedef struct tj_cuda_grid_mode {
+    int full; /* "full": no persistent grid */
+    int cap;  /* N > 0: at most N blocks; 0: no cap */
+} tj_cuda_grid_mode;
+tj_cuda_grid_mode tj_cuda_grid_mode_parse(const char *env);
+/* The most blocks a tj_tiles launch of template t uses, 0 for no limit (the full grid): for a
+ * persistent template, tj_cuda_persistent_grid's sm_count × blocks_per_sm (resident blocks per SM
+ * from the occupancy calculator; skipped under "full" or when blocks_per_sm ≤ 0, the calculator's
+ * "cannot fit"), then at most mode.cap. */
+uint32_t tj_cuda_tiles_grid_limit(tj_cuda_template t, tj_cuda_grid_mode mode, int sm_count, int blocks_per_sm);
+/* The blocks a tj_tiles launch runs: tj_cuda_geometry's grid of `work` blocks under `limit`. */
+static inline uint32_t tj_cuda_tiles_grid(uint32_t work, uint32_t limit)
+{
+    return limit && work > limit ? limit : work;
+}
 
 /* The one kernel parameter. Mirrors struct tj_args in templates/prelude.cu byte for byte. */
 typedef struct tj_cuda_args {

@@ -62,9 +62,7 @@ tj_status tj_cuda_device_open(int ordinal, tj_cuda_device **out, tj_error *err)
     d->total_mem = (int64_t)total;
     const char *sync = getenv("TILEJIT_SYNC_CHECK");
     d->sync_check = sync && *sync && strcmp(sync, "0") != 0;
-    const char *grid = getenv("TILEJIT_CUDA_GRID");
-    d->grid_full = grid && strcmp(grid, "full") == 0;
-    d->grid_cap = grid && !d->grid_full ? atoi(grid) : 0;
+    d->grid = tj_cuda_grid_mode_parse(getenv("TILEJIT_CUDA_GRID"));
     /* Opt-in until a GPU run has measured it: the wgmma kernel is verified by the CPU executor and
      * compiled by NVRTC, never yet timed (docs/kernels.md). A tuned config may pick it regardless. */
     const char *wg = getenv("TILEJIT_CUDA_WGMMA");
@@ -236,12 +234,7 @@ tj_status tj_cuda_kernel_load(tj_cuda_device *d, const tj_layer *l, const tj_cud
     tj_cuda_device_unbind(d, prev);
     /* Persistent tj_tiles: as many blocks as are resident at once, each looping over work items
      * (docs/cuda-runtime.md); the occupancy calculator's 0 (cannot fit) leaves the full grid. */
-    if (s == TJ_OK && k->tiles && tj_cuda_template_persistent(cfg->tmpl)) {
-        if (!d->grid_full && k->blocks_per_sm > 0)
-            k->max_grid = tj_cuda_persistent_grid(UINT32_MAX, d->sm_count, k->blocks_per_sm);
-        if (d->grid_cap > 0)
-            k->max_grid = tj_cuda_persistent_grid(k->max_grid ? k->max_grid : UINT32_MAX, d->grid_cap, 1);
-    }
+    if (s == TJ_OK && k->tiles) k->max_grid = tj_cuda_tiles_grid_limit(cfg->tmpl, d->grid, d->sm_count, k->blocks_per_sm);
     if (s != TJ_OK) {
         tj_error_prefix(err, "layer '%s': loading its module", l->name);
         tj_cuda_kernel_destroy(d, k);
@@ -323,7 +316,7 @@ tj_status tj_cuda_kernel_launch(tj_cuda_device *d, const tj_cuda_kernel *k, cons
             break;
         }
         uint32_t gx = L->grid[0];
-        if (f == k->tiles && k->max_grid && gx > k->max_grid) gx = k->max_grid;
+        if (f == k->tiles) gx = tj_cuda_tiles_grid(gx, k->max_grid);
         s = TJ_CU(&d->cu, err, LaunchKernel(f, gx, L->grid[1], L->grid[2], L->block[0], L->block[1], L->block[2],
                                             L->smem, stream, params, NULL));
         if (s != TJ_OK) {

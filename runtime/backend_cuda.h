@@ -33,8 +33,7 @@ typedef struct tj_cuda_device {
     int64_t total_mem;
     char name[256];
     int sync_check;       /* TILEJIT_SYNC_CHECK=1: synchronise after every launch, name the faulting one */
-    int grid_full;        /* TILEJIT_CUDA_GRID=full: tj_tiles one work item per block, not persistent */
-    int grid_cap;         /* TILEJIT_CUDA_GRID=N (N > 0): at most N tj_tiles blocks (tests, sanitizer runs) */
+    tj_cuda_grid_mode grid; /* TILEJIT_CUDA_GRID: "full" one work item per tj_tiles block, N at most N blocks */
     int wgmma_default;    /* TILEJIT_CUDA_WGMMA=1 on a 9.0 device: the wgmma kernel (sm_90a) is the untuned default */
 } tj_cuda_device;
 

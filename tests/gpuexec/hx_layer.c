@@ -118,11 +118,12 @@ tj_status tj_hx_layer_run(tj_hx_exec *e, const tj_hx_build_options *bo, const tj
     tj_cuda_launch ln[TJ_CUDA_MAX_LAUNCHES];
     int count = 0;
     if ((st = tj_cuda_geometry(l, c, m, ln, &count, err))) goto done;
+    /* k->grid as TILEJIT_CUDA_GRID=N; no occupancy figure on the host: N blocks, or the full grid */
+    uint32_t grid_limit = tj_cuda_tiles_grid_limit(c->tmpl, (tj_cuda_grid_mode){.full = 1, .cap = k->grid}, 0, 0);
     double t1 = tj_now();
     for (int i = 0; i < count; i++) {
         tj_hx_dim3 grid = {ln[i].grid[0], ln[i].grid[1], ln[i].grid[2]};
-        if (k->grid > 0 && strcmp(ln[i].kernel, "tj_tiles") == 0 && tj_cuda_template_persistent(c->tmpl))
-            grid.x = tj_cuda_persistent_grid(ln[i].grid[0], k->grid, 1);
+        if (strcmp(ln[i].kernel, "tj_tiles") == 0) grid.x = tj_cuda_tiles_grid(ln[i].grid[0], grid_limit);
         tj_hx_dim3 block = {ln[i].block[0], ln[i].block[1], ln[i].block[2]};
         tj_hx_launch_stats s;
         st = tj_hx_launch(e, mod, ln[i].kernel, grid, block, ln[i].smem, invoke_args, &a, &s, err);

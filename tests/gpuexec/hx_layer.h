@@ -16,7 +16,8 @@ typedef struct tj_hx_layer_case {
     int ldy_pad;    /* extra elements per y row */
     int grid;       /* tj_tiles blocks: 0 the full grid (one work item each), else a persistent grid of
                        min(grid, work items) blocks, each looping over several items (only for
-                       templates with the loop: tj_cuda_template_persistent) */
+                       templates with the loop): the runtime's rule under TILEJIT_CUDA_GRID=grid
+                       (tj_cuda_tiles_grid_limit) */
 } tj_hx_layer_case;
 
 typedef struct tj_hx_layer_result {
