@@ -77,11 +77,10 @@ typedef struct timed {
     tj_model *model;
     int64_t layer;
     DLTensor *x, *y;
-    /* dense baseline */
-    int64_t m, n, k;
-    const float *xf, *wf;
-    float *yf;
     int failed;
+#if TJ_HAVE_LLVM
+    tj_dense *dense; /* the dense baseline being timed */
+#endif
 } timed;
 
 static int run_tilejit(timed *t)
@@ -94,12 +93,7 @@ static int run_tilejit(timed *t)
 }
 
 #if TJ_HAVE_LLVM
-static tj_dense *dense_cur;
-static int run_dense(timed *t)
-{
-    (void)t;
-    return tj_dense_run(dense_cur);
-}
+static int run_dense(timed *t) { return tj_dense_run(t->dense); }
 #endif
 
 /* Uniform in [-1, 1) from a splitmix64 stream: the random X of every layer. */
@@ -266,7 +260,7 @@ int cmd_model(int argc, char **argv)
         if (!(e <= bound)) bad++;
 
         double t_tj = -1, t_dense = -1;
-        timed t = {.model = model, .layer = i, .x = &xt, .y = &yt, .m = M, .n = li.n, .k = li.k};
+        timed t = {.model = model, .layer = i, .x = &xt, .y = &yt};
         tj_error hook;
         hook.msg[0] = '\0';
         const char *herr = hook.msg;
@@ -284,16 +278,16 @@ int cmd_model(int argc, char **argv)
                 int win = -1;
                 for (int kd = 0; kd < 2; kd++) {
                     tj_error derr;
-                    if (tj_dense_create(kinds[kd], x, wf, yd, M, li.n, li.k, nthreads, &dense_cur, &derr) != TJ_OK)
+                    if (tj_dense_create(kinds[kd], x, wf, yd, M, li.n, li.k, nthreads, &t.dense, &derr) != TJ_OK)
                         continue;
-                    snprintf(dname[kd], sizeof dname[kd], "%s", tj_dense_name(dense_cur));
+                    snprintf(dname[kd], sizeof dname[kd], "%s", tj_dense_name(t.dense));
                     double td = measure(run_dense_fn, &t, min_time);
                     if (td > 0 && (t_dense < 0 || td < t_dense)) {
                         t_dense = td;
                         win = kd;
                     }
-                    tj_dense_destroy(dense_cur);
-                    dense_cur = NULL;
+                    tj_dense_destroy(t.dense);
+                    t.dense = NULL;
                 }
                 if (win >= 0) dwins[win]++;
             }

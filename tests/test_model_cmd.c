@@ -10,6 +10,7 @@
 #include "pattern/pattern.h"
 #include "pattern/random.h"
 #include "base/safetensors.h"
+#include "tj_config.h"
 #include "tj_test.h"
 
 static const char *tilejit;
@@ -137,6 +138,22 @@ static void expect_table(const char *backend)
         CHECKF(err <= 2e-3 && dens > 0 && dens < 1, "%s: err %g density %g", name, err, dens);
     }
     CHECK(strstr(out_text, "\ntotal ") != NULL);
+#if TJ_HAVE_LLVM
+    /* the dense baselines were timed on every layer: the faster library wins each of the 3, and
+     * every row and the total have a speedup */
+    const char *db = strstr(out_text, "dense baseline: fastest fp32 per layer of ");
+    int wins = 0;
+    for (const char *p = db; p && *p && *p != '\n'; p++) {
+        int w;
+        char close;
+        if (*p == '(' && sscanf(p, "(%d layers%c", &w, &close) == 2 && close == ')') wins += w;
+    }
+    CHECKF(db && wins == 3, "backend %s: %d layers with a dense baseline: %s", backend, wins, out_text);
+    for (const char *row = strstr(out_text, "\nenc."); row; row = strstr(row + 1, "\nenc.")) {
+        const char *eol = strchr(row + 1, '\n');
+        CHECKF(eol && eol[-1] == 'x', "backend %s: no speedup in %.*s", backend, eol ? (int)(eol - row) : 80, row);
+    }
+#endif
     CHECK(strstr(out_text, "load: cold ") != NULL);
     CHECKF(strstr(out_text, "all 3 layers within") != NULL, "%s", out_text);
 }
