@@ -167,6 +167,9 @@ static uint64_t checksum64(const void *data, size_t n)
 #define MAX_PAYLOAD ((uint64_t)1 << 34)
 
 #define DEFAULT_MAX_MB 2048
+/* A handle lists the directory at its first store, when its size estimate crosses the cap, and
+ * at least every EVICT_SCAN_EVERY stores, so what other processes add is counted too. */
+#define EVICT_SCAN_EVERY 64
 
 struct tj_cache {
     char *dir;
@@ -177,6 +180,12 @@ struct tj_cache {
     int warned; /* a warning was already produced (only the first is kept) */
     tj_cache_stats stats;
     unsigned long seq;
+    /* The size cap without a listing per store: the entries' bytes as of the last scan plus what
+     * this handle stored since (guarded by lock). */
+    int scanned;        /* est holds a scan's total (reset when the cap changes) */
+    uint64_t est;
+    uint64_t est_new;   /* bytes stored since the running scan began (threads of this handle) */
+    int stores_since;   /* stores since the last scan */
 };
 
 static void warn(tj_cache *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -387,11 +396,12 @@ static int older(const void *a, const void *b)
 /* Size cap: when the entries (*.tjc) take more than max_bytes, delete the least recently used
  * (oldest mtime) until they take at most 90 % of it; `keep` (the entry just stored) goes last.
  * Other processes may evict at the same time: a vanished file is simply skipped, and a reader
- * that loses an entry rebuilds it. */
-static void evict(tj_cache *c, const char *keep)
+ * that loses an entry rebuilds it. Returns the entries' bytes after eviction. */
+static uint64_t evict(tj_cache *c, const char *keep)
 {
     DIR *d = opendir(c->dir);
-    if (!d) return;
+    if (!d) return 0;
+    count(c, &c->stats.scans);
     entry_age *v = NULL;
     size_t n = 0, cap = 0;
     uint64_t total = 0;
@@ -433,6 +443,25 @@ static void evict(tj_cache *c, const char *keep)
             }
     }
     free(v);
+    return total;
+}
+
+/* After a store of `bytes`: whether to list the directory (evict) now. The estimate only grows
+ * between scans (entries this handle overwrites, or others delete, still count), so what this
+ * handle stores is counted before it can take the directory over the cap; what other processes
+ * store is seen at the next scan. */
+static int scan_due(tj_cache *c, uint64_t bytes)
+{
+    pthread_mutex_lock(&c->lock);
+    c->est += bytes;
+    c->est_new += bytes;
+    int due = !c->scanned || c->est > c->max_bytes || ++c->stores_since >= EVICT_SCAN_EVERY;
+    if (due) {
+        c->stores_since = 0;
+        c->est_new = 0;
+    }
+    pthread_mutex_unlock(&c->lock);
+    return due;
 }
 
 tj_status tj_cache_lookup(tj_cache *c, const tj_cache_key *k, void **blob, size_t *len, tj_cache_result *res,
@@ -518,7 +547,13 @@ tj_status tj_cache_store(tj_cache *c, const tj_cache_key *k, const void *blob, s
         return TJ_OK;
     }
     count(c, &c->stats.stores);
-    if (c->max_bytes) evict(c, path);
+    if (c->max_bytes && scan_due(c, HEADER_SIZE + (uint64_t)len)) {
+        uint64_t total = evict(c, path);
+        pthread_mutex_lock(&c->lock);
+        c->est = total + c->est_new; /* stores of other threads during the scan: maybe counted twice */
+        c->scanned = 1;
+        pthread_mutex_unlock(&c->lock);
+    }
     return TJ_OK;
 }
 
@@ -532,5 +567,9 @@ void tj_cache_remove(tj_cache *c, const tj_cache_key *k)
 
 void tj_cache_set_max_bytes(tj_cache *c, uint64_t max_bytes)
 {
-    if (c) c->max_bytes = max_bytes;
+    if (!c) return;
+    pthread_mutex_lock(&c->lock);
+    c->max_bytes = max_bytes;
+    c->scanned = 0; /* the next store lists the directory against the new cap */
+    pthread_mutex_unlock(&c->lock);
 }

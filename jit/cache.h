@@ -9,7 +9,10 @@
  * Temporary files of writers that died mid-write are removed after an hour. The directory is
  * kept under a size cap ($TILEJIT_CACHE_MAX_MB, default 2048 MiB; tj_cache_set_max_bytes) by
  * least-recently-used eviction: a hit refreshes its entry's modification time, and a store that
- * takes the directory over the cap deletes the oldest entries until it is under 90 % of it.
+ * takes the directory over the cap deletes the oldest entries until it is under 90 % of it. A
+ * handle lists the directory only at its first store, when its running size estimate (the last
+ * listing's total plus its own stores since) crosses the cap, and every 64th store: entries other
+ * processes add are seen at the next listing.
  * A directory that cannot be created or written turns caching (or storing) off and leaves one
  * warning for the caller; the library itself never prints. Thread-safe. */
 #ifndef TJ_CACHE_H
@@ -81,6 +84,7 @@ void tj_cache_set_max_bytes(tj_cache *c, uint64_t max_bytes);
 /* Counters since open. */
 typedef struct tj_cache_stats {
     int64_t hits, misses, discarded, stores, store_failures, evicted;
+    int64_t scans; /* directory listings for the size cap */
 } tj_cache_stats;
 tj_cache_stats tj_cache_get_stats(tj_cache *c);
 

@@ -8,7 +8,10 @@
  * - writers SIGKILLed while compiling through the cache leave nothing a later run trusts;
  * - 4 processes building the same layers through one cache at once are all right and leave one
  *   entry per layer and no temporary files;
- * - the size cap evicts the least recently used entries, a hit counting as a use. */
+ * - the size cap evicts the least recently used entries, a hit counting as a use, and lists the
+ *   directory only at a handle's first store, when its estimate crosses the cap and every 64th
+ *   store;
+ * - an unusable cache directory is noted once per context, and the CPU backend runs without it. */
 #include <dirent.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -311,6 +314,66 @@ static void test_lru(const char *base)
     tj_cache_close(c);
 }
 
+/* The size cap lists the directory only when needed (tj_cache_stats.scans): at a handle's first
+ * store, when its estimate (last listing + its own stores) crosses the cap, and every 64th store;
+ * what another handle adds is evicted at the next listing. */
+static void test_evict_scans(const char *base)
+{
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/scans", base);
+    enum { SZ = 1000, ENTRY = SZ + 64 };
+    static unsigned char blob[SZ];
+    tj_cache *a = NULL, *b = NULL, *c = NULL;
+    tj_error err;
+    CHECK_OK(tj_cache_open(dir, &a, &err), &err);
+    CHECK_OK(tj_cache_open(dir, &b, &err), &err);
+    if (!a || !b) goto done;
+    tj_cache_set_max_bytes(a, 20 * ENTRY);
+    tj_cache_set_max_bytes(b, 0);
+    int key = 0;
+    tj_cache_key k;
+#define STORE(h)                                                                \
+    do {                                                                        \
+        tj_cache_key_begin(&k);                                                 \
+        tj_cache_key_add_str(&k, "scans");                                      \
+        tj_cache_key_add(&k, &key, sizeof key);                                 \
+        tj_cache_key_end(&k);                                                   \
+        memset(blob, key++, sizeof blob);                                       \
+        CHECK_OK(tj_cache_store(h, &k, blob, sizeof blob, &err), &err);         \
+    } while (0)
+    for (int i = 0; i < 20; i++) STORE(a); /* up to the cap exactly: only the first store lists */
+    CHECKF(tj_cache_get_stats(a).scans == 1 && count_files(dir, "", ".tjc") == 20, "%lld scans, %d entries",
+           (long long)tj_cache_get_stats(a).scans, count_files(dir, "", ".tjc"));
+    STORE(a); /* over the cap: listed and evicted to 90 % (18 entries) */
+    CHECKF(tj_cache_get_stats(a).scans == 2 && tj_cache_get_stats(a).evicted == 3 && count_files(dir, "", ".tjc") == 18,
+           "%lld scans, %lld evicted, %d entries", (long long)tj_cache_get_stats(a).scans,
+           (long long)tj_cache_get_stats(a).evicted, count_files(dir, "", ".tjc"));
+    for (int i = 0; i < 10; i++) STORE(b); /* another handle, no cap: 28 entries */
+    STORE(a); /* a's estimate: 19 entries, not listed yet */
+    CHECK(tj_cache_get_stats(a).scans == 2 && count_files(dir, "", ".tjc") == 29);
+    STORE(a);
+    STORE(a); /* its estimate crosses the cap: the listing sees b's entries too */
+    CHECKF(tj_cache_get_stats(a).scans == 3 && count_files(dir, "", ".tjc") == 18, "%lld scans, %d entries",
+           (long long)tj_cache_get_stats(a).scans, count_files(dir, "", ".tjc"));
+    CHECK(tj_cache_get_stats(b).scans == 0);
+
+    /* far under the cap: listed at the 1st, 65th and 129th store */
+    CHECK_OK(tj_cache_open(dir, &c, &err), &err);
+    if (!c) goto done;
+    tj_cache_set_max_bytes(c, 1000 * ENTRY);
+    for (int i = 0; i < 130; i++) STORE(c);
+    CHECKF(tj_cache_get_stats(c).scans == 3 && tj_cache_get_stats(c).evicted == 0, "%lld scans",
+           (long long)tj_cache_get_stats(c).scans);
+    tj_cache_set_max_bytes(c, 10 * ENTRY); /* a new cap: the next store lists */
+    STORE(c);
+    CHECK(tj_cache_get_stats(c).scans == 4 && count_files(dir, "", ".tjc") == 9);
+#undef STORE
+done:
+    tj_cache_close(a);
+    tj_cache_close(b);
+    tj_cache_close(c);
+}
+
 static int count_in(const char *hay, const char *needle)
 {
     int n = 0;
@@ -378,6 +441,7 @@ int main(void)
     test_killed_writers(base, d);
     test_processes(base, d);
     test_lru(base);
+    test_evict_scans(base);
     test_unusable_dir(base);
     free_layers(d);
     char cmd[4200];
