@@ -1,7 +1,8 @@
 /* tilejit-measure: the tuner's measuring helper, started by the library (autotune/measure.c)
  * once per config in a fresh process with a watchdog, so a crash or hang costs one record.
  * Measures one layer under one config (tj_tune_measure_layer) and prints one JSON line: the
- * result. Installed in libexec/tilejit; not a user command (exit 1 with a message on bad input).
+ * result. Installed in libexec/tilejit; not a user command (exit 1 with a message on bad input;
+ * --help). Options are parsed by base/args.c, the parser bench/'s drivers use too.
  *
  *   tilejit-measure --pattern P --weights W --layer NAME --m M [--backend cpu] [--config JSON]
  *                   [--min-time S] [--min-reps N] [--max-reps N] [--warmup S] [--threads T]
@@ -22,27 +23,16 @@
 #include <jansson.h>
 
 #include "autotune/autotune.h"
+#include "base/args.h"
 
-static int fail(const char *fmt, const char *a)
-{
-    fprintf(stderr, "tilejit-measure: ");
-    fprintf(stderr, fmt, a);
-    fputc('\n', stderr);
-    return 1;
-}
+#define WHO "tilejit-measure"
 
-static int parse_num(const char *name, const char *s, double lo, double hi, double *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !(v >= lo && v <= hi)) {
-        fprintf(stderr, "tilejit-measure: --%s: '%s' is not a number in [%g, %g]\n", name, s, lo, hi);
-        return 1;
-    }
-    *out = v;
-    return 0;
-}
+static const char *help =
+    "usage: tilejit-measure --pattern P --weights W --layer NAME --m M [--backend cpu|cuda|reference]\n"
+    "                       [--config JSON] [--min-time S] [--min-reps N] [--max-reps N] [--warmup S]\n"
+    "                       [--threads T] [--seed N]\n"
+    "The tuner's measuring helper, started by the library once per config: measures one layer under\n"
+    "one config and prints the result as one JSON line. Not a user command.\n";
 
 static char *strip_inject(const char *config, char *inject, size_t n)
 {
@@ -64,46 +54,48 @@ int main(int argc, char **argv)
 {
     const char *pattern = NULL, *weights = NULL, *layer = NULL, *backend = "cpu", *mstr = NULL, *config = "{}";
     const char *min_time = NULL, *min_reps = NULL, *max_reps = NULL, *warmup = NULL, *threads = NULL, *seed = NULL;
-    struct { const char *name; const char **value; } opts[] = {
-        {"pattern", &pattern}, {"weights", &weights}, {"layer", &layer}, {"backend", &backend}, {"m", &mstr},
-        {"config", &config}, {"min-time", &min_time}, {"min-reps", &min_reps}, {"max-reps", &max_reps},
-        {"warmup", &warmup}, {"threads", &threads}, {"seed", &seed}};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        size_t k = 0, nopts = sizeof opts / sizeof *opts;
-        while (k < nopts && !(a[0] == '-' && a[1] == '-' && strcmp(a + 2, opts[k].name) == 0)) k++;
-        if (k == nopts) return fail("unknown argument '%s'", a);
-        if (i + 1 >= argc) return fail("option '%s' needs a value", a);
-        *opts[k].value = argv[++i];
+    const tj_arg_opt opts[] = {
+        {"pattern", 1, &pattern, NULL}, {"weights", 1, &weights, NULL}, {"layer", 1, &layer, NULL},
+        {"backend", 1, &backend, NULL}, {"m", 1, &mstr, NULL}, {"config", 1, &config, NULL},
+        {"min-time", 1, &min_time, NULL}, {"min-reps", 1, &min_reps, NULL}, {"max-reps", 1, &max_reps, NULL},
+        {"warmup", 1, &warmup, NULL}, {"threads", 1, &threads, NULL}, {"seed", 1, &seed, NULL}, {NULL, 0, NULL, NULL}};
+    int npos = 0;
+    int pr = tj_args_parse(stderr, WHO, argc, argv, opts, NULL, 0, &npos);
+    if (pr == 2) {
+        fputs(help, stdout);
+        return fflush(stdout) == 0 ? 0 : 1;
     }
-    if (!pattern || !weights || !layer || !mstr) return fail("%s", "--pattern, --weights, --layer and --m are required");
+    if (pr) return 1;
+    if (!pattern || !weights || !layer || !mstr)
+        return tj_args_fail(stderr, WHO, "--pattern, --weights, --layer and --m are required");
     tj_tune_measure_opts mo = tj_tune_measure_defaults();
     double m, v;
-    if (parse_num("m", mstr, 1, 1 << 24, &m) || m != floor(m)) return 1;
-    if (min_time) { if (parse_num("min-time", min_time, 0, 60, &v)) return 1; mo.min_time_s = v; }
-    if (warmup) { if (parse_num("warmup", warmup, 0, 60, &v)) return 1; mo.warmup_s = v; }
-    if (min_reps) { if (parse_num("min-reps", min_reps, 1, 1 << 20, &v)) return 1; mo.min_reps = (int)v; }
-    if (max_reps) { if (parse_num("max-reps", max_reps, 1, 1 << 20, &v)) return 1; mo.max_reps = (int)v; }
-    if (threads) { if (parse_num("threads", threads, 0, 1024, &v)) return 1; mo.threads = (int)v; }
+    if (tj_args_parse_double(stderr, WHO, "m", mstr, 1, 1 << 24, &m)) return 1;
+    if (m != floor(m)) return tj_args_fail(stderr, WHO, "--m: '%s' is not a whole number", mstr);
+    if (min_time) { if (tj_args_parse_double(stderr, WHO, "min-time", min_time, 0, 60, &v)) return 1; mo.min_time_s = v; }
+    if (warmup) { if (tj_args_parse_double(stderr, WHO, "warmup", warmup, 0, 60, &v)) return 1; mo.warmup_s = v; }
+    if (min_reps) { if (tj_args_parse_double(stderr, WHO, "min-reps", min_reps, 1, 1 << 20, &v)) return 1; mo.min_reps = (int)v; }
+    if (max_reps) { if (tj_args_parse_double(stderr, WHO, "max-reps", max_reps, 1, 1 << 20, &v)) return 1; mo.max_reps = (int)v; }
+    if (threads) { if (tj_args_parse_double(stderr, WHO, "threads", threads, 0, 1024, &v)) return 1; mo.threads = (int)v; }
     if (seed) {
         char *end;
         errno = 0;
-        unsigned long long s = strtoull(seed, &end, 10);
-        if (errno || end == seed || *end) return fail("--seed: '%s' is not an unsigned integer", seed);
-        mo.seed = (uint64_t)s;
+        unsigned long long sv = strtoull(seed, &end, 10);
+        if (errno || end == seed || *end) return tj_args_fail(stderr, WHO, "--seed: '%s' is not an unsigned integer", seed);
+        mo.seed = (uint64_t)sv;
     }
     tj_backend b;
     if (strcmp(backend, "cpu") == 0) b = TJ_BACKEND_CPU;
     else if (strcmp(backend, "cuda") == 0) b = TJ_BACKEND_CUDA;
     else if (strcmp(backend, "reference") == 0) b = TJ_BACKEND_REFERENCE;
-    else return fail("--backend: '%s' is not cpu, cuda or reference", backend);
+    else return tj_args_fail(stderr, WHO, "--backend: '%s' is not cpu, cuda or reference", backend);
     const char *fake = getenv("TILEJIT_TUNE_FAKE_TIME");
     int faking = fake && *fake && strcmp(fake, "0") != 0;
     if (faking) b = TJ_BACKEND_REFERENCE;
 
     char inject[32];
     char *cfg = strip_inject(config, inject, sizeof inject);
-    if (!cfg) return fail("%s", "out of memory");
+    if (!cfg) return tj_args_fail(stderr, WHO, "out of memory");
     tj_tune_record r;
     memset(&r, 0, sizeof r);
     tj_error err;
@@ -132,11 +124,11 @@ int main(int argc, char **argv)
     free(cfg);
     if (s != TJ_OK) {
         tj_tune_record_free(&r);
-        return fail("%s", err.msg);
+        return tj_args_fail(stderr, WHO, "%s", err.msg);
     }
     char *out = tj_tune_result_to_json(&r);
     tj_tune_record_free(&r);
-    if (!out) return fail("%s", "out of memory");
+    if (!out) return tj_args_fail(stderr, WHO, "out of memory");
     printf("%s\n", out);
     free(out);
     return fflush(stdout) == 0 ? 0 : 1;

@@ -1,91 +1,23 @@
-/* bench/: the benchmark drivers' option parser and messages (see args.h). */
+/* bench/: the benchmark drivers' --config reader (see args.h). */
 #include "bench/args.h"
 
-#include <errno.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
-int bench_fail(FILE *errs, const char *cmd, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(errs, "tilejit %s: ", cmd);
-    vfprintf(errs, fmt, ap);
-    fputc('\n', errs);
-    va_end(ap);
-    return 1;
-}
-
-int bench_parse(FILE *errs, const char *cmd, int argc, char **argv, const bench_opt *opts, const char **pos,
-                int max_pos, int *npos)
-{
-    *npos = 0;
-    int only_pos = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (only_pos || a[0] != '-' || a[1] == '\0') {
-            if (*npos >= max_pos) return bench_fail(errs, cmd, "unexpected argument '%s' (see --help)", a);
-            pos[(*npos)++] = a;
-            continue;
-        }
-        if (strcmp(a, "--") == 0) { only_pos = 1; continue; }
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) return 2;
-        const char *name = a[1] == '-' ? a + 2 : a + 1;
-        const char *eq = strchr(name, '=');
-        size_t nlen = eq ? (size_t)(eq - name) : strlen(name);
-        const bench_opt *o = NULL;
-        for (const bench_opt *p = opts; p && p->name; p++)
-            if (strlen(p->name) == nlen && strncmp(p->name, name, nlen) == 0) { o = p; break; }
-        if (!o) return bench_fail(errs, cmd, "unknown option '%.*s' (see --help)", (int)(nlen + (size_t)(name - a)), a);
-        if (!o->has_value) {
-            if (eq) return bench_fail(errs, cmd, "option '--%s' takes no value", o->name);
-            if (o->flag) (*o->flag)++;
-            continue;
-        }
-        if (eq) *o->value = eq + 1;
-        else if (i + 1 < argc) *o->value = argv[++i];
-        else return bench_fail(errs, cmd, "option '--%s' needs a value", o->name);
-    }
-    return 0;
-}
-
-int bench_parse_int(FILE *errs, const char *cmd, const char *opt, const char *s, int64_t lo, int64_t hi, int64_t *out)
-{
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi)
-        return bench_fail(errs, cmd, "--%s: '%s' is not an integer in [%lld, %lld]", opt, s, (long long)lo, (long long)hi);
-    *out = v;
-    return 0;
-}
-
-int bench_parse_double(FILE *errs, const char *cmd, const char *opt, const char *s, double lo, double hi, double *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !(v >= lo && v <= hi))
-        return bench_fail(errs, cmd, "--%s: '%s' is not a number in [%g, %g]", opt, s, lo, hi);
-    *out = v;
-    return 0;
-}
-
-char *bench_read_config(FILE *errs, const char *cmd, const char *value)
+char *bench_read_config(FILE *errs, const char *who, const char *value)
 {
     if (!value) return NULL;
     const char *p = value;
     while (*p == ' ' || *p == '\t' || *p == '\n') p++;
     if (*p == '{') {
         char *s = strdup(value);
-        if (!s) bench_fail(errs, cmd, "out of memory");
+        if (!s) tj_args_fail(errs, who, "out of memory");
         return s;
     }
     char *buf = NULL;
     tj_error err;
     tj_status s = tj_file_read(value, 0, &buf, NULL, &err);
-    if (s == TJ_ERR_OUT_OF_MEMORY) bench_fail(errs, cmd, "out of memory");
-    else if (s != TJ_OK) bench_fail(errs, cmd, "--config: '%s' is neither JSON text nor a readable file", value);
+    if (s == TJ_ERR_OUT_OF_MEMORY) tj_args_fail(errs, who, "out of memory");
+    else if (s != TJ_OK) tj_args_fail(errs, who, "--config: '%s' is neither JSON text nor a readable file", value);
     return buf;
 }

@@ -163,7 +163,7 @@ static int time_baselines(const char *C, const bopts *o, const float *x, const f
         double lim = kd == TJ_DENSE_ONEDNN_BF16 ? 2e-2 : 1e-4;
         if (!(e <= lim)) {
             tj_dense_destroy(d);
-            return bench_fail(errs_, C, "dense baseline %s is wrong: relative error %.3g (limit %.0e)", res->base_name[kd], e, lim);
+            return tj_args_fail(errs_, C, "dense baseline %s is wrong: relative error %.3g (limit %.0e)", res->base_name[kd], e, lim);
         }
         res->base_s[kd] = time_it(run_dense, d, o->min_time, o->repeats);
         tj_dense_destroy(d);
@@ -173,7 +173,7 @@ static int time_baselines(const char *C, const bopts *o, const float *x, const f
         }
     }
     if (res->best < 0)
-        return bench_fail(errs_, C, "no fp32 dense baseline: %s; %s", res->base_why[TJ_DENSE_ONEDNN_F32],
+        return tj_args_fail(errs_, C, "no fp32 dense baseline: %s; %s", res->base_why[TJ_DENSE_ONEDNN_F32],
                         res->base_why[TJ_DENSE_OPENBLAS]);
     return 0;
 }
@@ -196,13 +196,13 @@ static int bench_point(const char *C, const bopts *o, double s, tj_cpu_jit *jit,
     tj_random_spec sp = {o->n, o->k, o->g, s, o->mode, o->seed, 0, 0, TJ_ACT_NONE};
     memset(res, 0, sizeof *res);
     res->sparsity = s;
-    if (tj_random_layer(&sp, "bench", &l, &err) != TJ_OK) return bench_fail(errs_, C, "%s", err.msg);
+    if (tj_random_layer(&sp, "bench", &l, &err) != TJ_OK) return tj_args_fail(errs_, C, "%s", err.msg);
     float *w = alloc_floats(o->n * o->k), *x = alloc_floats(o->m * o->k);
     float *y = alloc_floats(o->m * o->n), *ref = alloc_floats(o->m * o->n);
     tj_cpu_layer *cl = NULL;
     uint16_t *xb = NULL, *yb = NULL;
     if (!w || !x || !y || !ref) {
-        bench_fail(errs_, C, "out of memory for %lld × %lld data", (long long)o->m, (long long)o->n);
+        tj_args_fail(errs_, C, "out of memory for %lld × %lld data", (long long)o->m, (long long)o->n);
         goto done;
     }
     tj_rng r = {o->seed * 31 + 7};
@@ -211,14 +211,14 @@ static int bench_point(const char *C, const bopts *o, double s, tj_cpu_jit *jit,
     tj_cpu_config cfg;
     char *tuned = NULL, note[1024] = "";
     if (!o->config && tj_tune_config_from_log(o->tuning_log, "cpu", &l, o->m, &tuned, note, sizeof note, &err) != TJ_OK) {
-        bench_fail(errs_, C, "%s", err.msg);
+        tj_args_fail(errs_, C, "%s", err.msg);
         goto done;
     }
     if (o->verbose && note[0] && !o->config) fprintf(errs_, "tilejit bench: %s\n", note);
     tj_status cs = tj_cpu_config_from_json(o->config ? o->config : tuned, &cfg, &err);
     free(tuned);
     if (cs != TJ_OK) {
-        bench_fail(errs_, C, "--config: %s", err.msg);
+        tj_args_fail(errs_, C, "--config: %s", err.msg);
         goto done;
     }
     char prefix[32];
@@ -226,7 +226,7 @@ static int bench_point(const char *C, const bopts *o, double s, tj_cpu_jit *jit,
     snprintf(prefix, sizeof prefix, "bench%d", counter++);
     tj_layer_weights lw = {w, TJ_F32, NULL, TJ_F32};
     if (tj_cpu_layer_build(jit, &l, &lw, &cfg, prefix, &cl, &err) != TJ_OK) {
-        bench_fail(errs_, C, "%s", err.msg);
+        tj_args_fail(errs_, C, "%s", err.msg);
         goto done;
     }
     res->jit_s = cl->emit_seconds + cl->compile_seconds;
@@ -243,7 +243,7 @@ static int bench_point(const char *C, const bopts *o, double s, tj_cpu_jit *jit,
         xb = malloc((size_t)(o->m * o->k) * 2 + 2);
         yb = malloc((size_t)(o->m * o->n) * 2 + 2);
         if (!xb || !yb) {
-            bench_fail(errs_, C, "out of memory for bf16 data");
+            tj_args_fail(errs_, C, "out of memory for bf16 data");
             goto done;
         }
         tj_convert_from_f32(x, o->m * o->k, TJ_BF16, xb);
@@ -260,7 +260,7 @@ static int bench_point(const char *C, const bopts *o, double s, tj_cpu_jit *jit,
     /* bf16-stored weights or activations round fp32 ones (8 significant bits): a bf16 bound */
     double lim = cl->cfg.weights == TJ_CPU_WEIGHTS_BF16 ? tj_check_bound(TJ_BF16) : tj_check_bound(TJ_F32);
     if (!(res->relerr <= lim)) {
-        bench_fail(errs_, C, "wrong result: relative error %.3g against the reference (limit %.0e)", res->relerr, lim);
+        tj_args_fail(errs_, C, "wrong result: relative error %.3g against the reference (limit %.0e)", res->relerr, lim);
         goto done;
     }
     tj_run tr = {cl, pool, o->threads, xin, yout, o->m};
@@ -293,15 +293,15 @@ static int parse_list(const char *C, const char *s, double *out, int max)
     char *copy = strdup(s), *save = NULL;
     if (!copy) return -1;
     for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-        if (n >= max || bench_parse_double(errs_, C, "sweep", t, 0.0, 0.999, &out[n])) {
-            if (n >= max) bench_fail(errs_, C, "--sweep: at most %d values", max);
+        if (n >= max || tj_args_parse_double(errs_, C, "sweep", t, 0.0, 0.999, &out[n])) {
+            if (n >= max) tj_args_fail(errs_, C, "--sweep: at most %d values", max);
             free(copy);
             return -1;
         }
         n++;
     }
     free(copy);
-    if (!n) bench_fail(errs_, C, "--sweep: no values");
+    if (!n) tj_args_fail(errs_, C, "--sweep: no values");
     return n ? n : -1;
 }
 
@@ -319,10 +319,10 @@ static int write_plot(const char *C, const char *csv, const char *png, const bop
              "1/(1-x) with lines dt 2 title 'ideal 1/(1-s)', 1 with lines lc rgb 'gray' title 'dense'\n",
              png, (long long)o->m, (long long)o->n, (long long)o->k, (long long)o->g, o->mode, o->threads, csv);
     FILE *p = popen("gnuplot 2>&1", "w");
-    if (!p) return bench_fail(errs_, C, "cannot run gnuplot (Debian gnuplot-nox)");
+    if (!p) return tj_args_fail(errs_, C, "cannot run gnuplot (Debian gnuplot-nox)");
     fputs(script, p);
     int st = pclose(p);
-    if (st != 0) return bench_fail(errs_, C, "gnuplot failed (exit status %d) writing %s", st, png);
+    if (st != 0) return tj_args_fail(errs_, C, "gnuplot failed (exit status %d) writing %s", st, png);
     return 0;
 }
 
@@ -330,12 +330,12 @@ int tj_bench_cpu_main(int argc, char **argv, FILE *out, FILE *errs)
 {
     out_ = out;
     errs_ = errs;
-    const char *C = "bench";
+    const char *C = "tilejit bench";
     const char *backend = NULL, *m_s = NULL, *n_s = NULL, *k_s = NULL, *s_s = NULL, *g_s = "128", *t_s = NULL,
                *mode_s = "tw1", *seed_s = "1", *config = NULL, *mt_s = "0.2", *rep_s = "5", *sweep = NULL, *csv = NULL,
                *plot = NULL, *tlog = NULL, *clock_s = "wall";
     int verbose = 0;
-    bench_opt opts[] = {
+    tj_arg_opt opts[] = {
         {"backend", 1, &backend, NULL}, {"m", 1, &m_s, NULL},       {"n", 1, &n_s, NULL},
         {"k", 1, &k_s, NULL},           {"sparsity", 1, &s_s, NULL}, {"g", 1, &g_s, NULL},
         {"threads", 1, &t_s, NULL},     {"mode", 1, &mode_s, NULL},  {"seed", 1, &seed_s, NULL},
@@ -347,45 +347,45 @@ int tj_bench_cpu_main(int argc, char **argv, FILE *out, FILE *errs)
     };
     const char *pos[1];
     int npos;
-    int pr = bench_parse(errs_, C, argc, argv, opts, pos, 0, &npos);
+    int pr = tj_args_parse(errs_, C, argc, argv, opts, pos, 0, &npos);
     if (pr == 2) {
         fputs(help, out_);
         return 0;
     }
     if (pr) return 1;
     if (!m_s || !n_s || !k_s || (!s_s && !sweep))
-        return bench_fail(errs_, C, "--m, --n, --k and --sparsity (or --sweep) are required (see --help)");
+        return tj_args_fail(errs_, C, "--m, --n, --k and --sparsity (or --sweep) are required (see --help)");
     bopts o;
     memset(&o, 0, sizeof o);
     o.tuning_log = tlog;
     o.verbose = verbose;
     int64_t v;
     double d;
-    if (bench_parse_int(errs_, C, "m", m_s, 1, 1 << 20, &o.m) || bench_parse_int(errs_, C, "n", n_s, 1, TJ_MAX_DIM, &o.n) ||
-        bench_parse_int(errs_, C, "k", k_s, 1, TJ_MAX_DIM, &o.k) || bench_parse_int(errs_, C, "g", g_s, 1, TJ_MAX_DIM, &o.g))
+    if (tj_args_parse_int(errs_, C, "m", m_s, 1, 1 << 20, &o.m) || tj_args_parse_int(errs_, C, "n", n_s, 1, TJ_MAX_DIM, &o.n) ||
+        tj_args_parse_int(errs_, C, "k", k_s, 1, TJ_MAX_DIM, &o.k) || tj_args_parse_int(errs_, C, "g", g_s, 1, TJ_MAX_DIM, &o.g))
         return 1;
-    if (o.g > o.n) return bench_fail(errs_, C, "--g %lld is larger than --n %lld", (long long)o.g, (long long)o.n);
+    if (o.g > o.n) return tj_args_fail(errs_, C, "--g %lld is larger than --n %lld", (long long)o.g, (long long)o.n);
     if ((double)o.m * (double)(o.n > o.k ? o.n : o.k) > 1e9 || (double)o.n * (double)o.k > 1e9)
-        return bench_fail(errs_, C, "problem too large for a benchmark (M·max(n,k) and n·k must be ≤ 1e9)");
+        return tj_args_fail(errs_, C, "problem too large for a benchmark (M·max(n,k) and n·k must be ≤ 1e9)");
     if (strcmp(mode_s, "tw1") == 0) o.mode = 1;
     else if (strcmp(mode_s, "tw2") == 0) o.mode = 2;
-    else return bench_fail(errs_, C, "--mode: '%s' is not tw1 or tw2", mode_s);
-    if (bench_parse_int(errs_, C, "seed", seed_s, 0, INT64_MAX, &v)) return 1;
+    else return tj_args_fail(errs_, C, "--mode: '%s' is not tw1 or tw2", mode_s);
+    if (tj_args_parse_int(errs_, C, "seed", seed_s, 0, INT64_MAX, &v)) return 1;
     o.seed = (uint64_t)v;
     o.threads = tj_cpu_count();
     if (t_s) {
-        if (bench_parse_int(errs_, C, "threads", t_s, 1, 1024, &v)) return 1;
+        if (tj_args_parse_int(errs_, C, "threads", t_s, 1, 1024, &v)) return 1;
         o.threads = (int)v;
     }
-    if (bench_parse_double(errs_, C, "min-time", mt_s, 0.0, 60.0, &o.min_time)) return 1;
+    if (tj_args_parse_double(errs_, C, "min-time", mt_s, 0.0, 60.0, &o.min_time)) return 1;
     if (strcmp(clock_s, "thread") == 0) {
-        if (o.threads != 1) return bench_fail(errs_, C, "--clock thread needs --threads 1 (other threads' time is not counted)");
+        if (o.threads != 1) return tj_args_fail(errs_, C, "--clock thread needs --threads 1 (other threads' time is not counted)");
         o.thread_clock = 1;
     } else if (strcmp(clock_s, "wall") != 0) {
-        return bench_fail(errs_, C, "--clock: '%s' is not wall or thread", clock_s);
+        return tj_args_fail(errs_, C, "--clock: '%s' is not wall or thread", clock_s);
     }
     use_thread_clock = o.thread_clock;
-    if (bench_parse_int(errs_, C, "repeats", rep_s, 1, 64, &v)) return 1;
+    if (tj_args_parse_int(errs_, C, "repeats", rep_s, 1, 64, &v)) return 1;
     o.repeats = (int)v;
     char *cfg_text = NULL;
     if (config) {
@@ -396,11 +396,11 @@ int tj_bench_cpu_main(int argc, char **argv, FILE *out, FILE *errs)
     double sp[64];
     int ns = 1;
     if (sweep) {
-        if (!csv) { free(cfg_text); return bench_fail(errs_, C, "--sweep needs --csv FILE"); }
+        if (!csv) { free(cfg_text); return tj_args_fail(errs_, C, "--sweep needs --csv FILE"); }
         ns = parse_list(C, sweep, sp, 64);
         if (ns < 0) { free(cfg_text); return 1; }
     } else {
-        if (bench_parse_double(errs_, C, "sparsity", s_s, 0.0, 0.999, &d)) { free(cfg_text); return 1; }
+        if (tj_args_parse_double(errs_, C, "sparsity", s_s, 0.0, 0.999, &d)) { free(cfg_text); return 1; }
         sp[0] = d;
     }
 
@@ -410,11 +410,11 @@ int tj_bench_cpu_main(int argc, char **argv, FILE *out, FILE *errs)
     FILE *cf = NULL;
     int rc = 1;
     if (tj_cpu_jit_create(&jit, &err) != TJ_OK || tj_pool_create(o.threads, &pool, &err) != TJ_OK) {
-        bench_fail(errs_, C, "%s", err.msg);
+        tj_args_fail(errs_, C, "%s", err.msg);
         goto out;
     }
     if (csv && !(cf = fopen(csv, "w"))) {
-        bench_fail(errs_, C, "cannot write %s", csv);
+        tj_args_fail(errs_, C, "cannot write %s", csv);
         goto out;
     }
     if (cf) fprintf(cf, "m,n,k,g,mode,sparsity,density,threads,tilejit_ms,speedup,dense_ms,kept_gflops,dense_gflops,jit_ms,relerr,config,baseline,onednn_f32_ms,onednn_bf16_ms,openblas_ms\n");
@@ -451,7 +451,7 @@ int tj_bench_cpu_main(int argc, char **argv, FILE *out, FILE *errs)
                     res.base_s[TJ_DENSE_ONEDNN_BF16] * 1e3, res.base_s[TJ_DENSE_OPENBLAS] * 1e3);
     }
     if (cf) {
-        if (fclose(cf) != 0) { cf = NULL; bench_fail(errs_, C, "error writing %s", csv); goto out; }
+        if (fclose(cf) != 0) { cf = NULL; tj_args_fail(errs_, C, "error writing %s", csv); goto out; }
         cf = NULL;
         if (plot && write_plot(C, csv, plot, &o)) goto out;
     }

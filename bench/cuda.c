@@ -345,54 +345,54 @@ int tj_bench_cuda_main(int argc, char **argv, FILE *report, FILE *errs)
 {
     out_ = report;
     errs_ = errs;
-    const char *C = "bench";
+    const char *C = "tilejit bench";
     const char *sm = NULL, *sn = NULL, *sk = NULL, *ss = NULL, *sg = "128", *smode = "tw1", *sdt = NULL,
                *cfgjson = NULL, *sseed = "1", *smin = "0.2", *sdev = "0", *backend = "cuda", *cache_dir = NULL,
                *pos[1];
     int verbose = 0, npos = 0, no_graph = 0;
-    bench_opt opts[] = {{"backend", 1, &backend, NULL}, {"m", 1, &sm, NULL}, {"n", 1, &sn, NULL}, {"k", 1, &sk, NULL},
+    tj_arg_opt opts[] = {{"backend", 1, &backend, NULL}, {"m", 1, &sm, NULL}, {"n", 1, &sn, NULL}, {"k", 1, &sk, NULL},
                       {"sparsity", 1, &ss, NULL}, {"g", 1, &sg, NULL}, {"mode", 1, &smode, NULL},
                       {"dtype", 1, &sdt, NULL}, {"config", 1, &cfgjson, NULL}, {"seed", 1, &sseed, NULL},
                       {"min-time", 1, &smin, NULL}, {"device", 1, &sdev, NULL}, {"cache-dir", 1, &cache_dir, NULL},
                       {"v", 0, NULL, &verbose}, {"verbose", 0, NULL, &verbose}, {"no-graph", 0, NULL, &no_graph}, {0}};
-    int r = bench_parse(errs_, C, argc, argv, opts, pos, 0, &npos);
+    int r = tj_args_parse(errs_, C, argc, argv, opts, pos, 0, &npos);
     if (r == 2) {
         fputs(help, out_);
         return 0;
     }
     if (r) return 1;
-    if (strcmp(backend, "cuda") != 0) return bench_fail(errs_, C, "bench_cuda handles --backend cuda only (got '%s')", backend);
-    if (!sm || !sn || !sk || !ss) return bench_fail(errs_, C, "--m, --n, --k and --sparsity are required (see --help)");
+    if (strcmp(backend, "cuda") != 0) return tj_args_fail(errs_, C, "bench_cuda handles --backend cuda only (got '%s')", backend);
+    if (!sm || !sn || !sk || !ss) return tj_args_fail(errs_, C, "--m, --n, --k and --sparsity are required (see --help)");
     int64_t M, n, k, g, seed, devno;
     double sparsity, min_time;
-    if (bench_parse_int(errs_, C, "m", sm, 1, INT32_MAX, &M) || bench_parse_int(errs_, C, "n", sn, 1, TJ_MAX_DIM, &n) ||
-        bench_parse_int(errs_, C, "k", sk, 1, 65536 * 256, &k) || bench_parse_int(errs_, C, "g", sg, 1, TJ_MAX_DIM, &g) ||
-        bench_parse_double(errs_, C, "sparsity", ss, 0, 0.999, &sparsity) || bench_parse_int(errs_, C, "seed", sseed, 0, INT64_MAX, &seed) ||
-        bench_parse_double(errs_, C, "min-time", smin, 0, 3600, &min_time) || bench_parse_int(errs_, C, "device", sdev, 0, 1024, &devno))
+    if (tj_args_parse_int(errs_, C, "m", sm, 1, INT32_MAX, &M) || tj_args_parse_int(errs_, C, "n", sn, 1, TJ_MAX_DIM, &n) ||
+        tj_args_parse_int(errs_, C, "k", sk, 1, 65536 * 256, &k) || tj_args_parse_int(errs_, C, "g", sg, 1, TJ_MAX_DIM, &g) ||
+        tj_args_parse_double(errs_, C, "sparsity", ss, 0, 0.999, &sparsity) || tj_args_parse_int(errs_, C, "seed", sseed, 0, INT64_MAX, &seed) ||
+        tj_args_parse_double(errs_, C, "min-time", smin, 0, 3600, &min_time) || tj_args_parse_int(errs_, C, "device", sdev, 0, 1024, &devno))
         return 1;
     int mode = !strcmp(smode, "tw1") ? 1 : !strcmp(smode, "tw2") ? 2 : 0;
-    if (!mode) return bench_fail(errs_, C, "--mode must be tw1 or tw2 (got '%s')", smode);
+    if (!mode) return tj_args_fail(errs_, C, "--mode must be tw1 or tw2 (got '%s')", smode);
     tj_dtype in = TJ_F16;
-    if (sdt && parse_dtype(sdt, &in)) return bench_fail(errs_, C, "--dtype must be fp16 or bf16 (got '%s')", sdt);
+    if (sdt && parse_dtype(sdt, &in)) return tj_args_fail(errs_, C, "--dtype must be fp16 or bf16 (got '%s')", sdt);
 
     tj_error e;
     tj_layer l;
     memset(&l, 0, sizeof l);
     tj_random_spec spec = {.n = n, .k = k, .g = g, .sparsity = sparsity, .mode = mode, .seed = (uint64_t)seed};
-    if (tj_random_layer(&spec, "bench", &l, &e) != TJ_OK) return bench_fail(errs_, C, "%s", e.msg);
+    if (tj_random_layer(&spec, "bench", &l, &e) != TJ_OK) return tj_args_fail(errs_, C, "%s", e.msg);
     tj_cuda_config cfg = tj_cuda_config_default(&l);
     cfg.dtype = in;
     cfg.out = in;
     if (cfgjson && tj_cuda_config_from_json(cfgjson, &cfg, &e) != TJ_OK) {
         tj_layer_free(&l);
-        return bench_fail(errs_, C, "--config: %s", e.msg);
+        return tj_args_fail(errs_, C, "--config: %s", e.msg);
     }
     if (sdt) cfg.dtype = in;
     in = cfg.dtype;
     tj_dtype out = cfg.out;
     if (cfg.x_fm != cfg.y_fm) {
         tj_layer_free(&l);
-        return bench_fail(errs_, C, "--config: the bench times the layouts fm and rm only (the dense baseline has one layout)");
+        return tj_args_fail(errs_, C, "--config: the bench times the layouts fm and rm only (the dense baseline has one layout)");
     }
     int fm = cfg.x_fm;
 
@@ -588,7 +588,7 @@ done:
     free(yget);
     free(rows);
     tj_layer_free(&l);
-    if (rc) bench_fail(errs_, C, "%s", msg[0] ? msg : "failed");
+    if (rc) tj_args_fail(errs_, C, "%s", msg[0] ? msg : "failed");
     return rc;
 }
 

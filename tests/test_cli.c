@@ -12,6 +12,7 @@
 #include "pattern/random.h"
 #include "base/safetensors.h"
 #include "cli_run.h"
+#include "tj_config.h"
 #include "tj_test.h"
 
 static const char *tilejit, *fixtures;
@@ -68,6 +69,20 @@ static void test_basics(void)
     EXPECT_FAIL("unknown option '--frob'", "inspect", "x.json", "--frob");
     EXPECT_FAIL("expected one PATTERN", "inspect");
     EXPECT_FAIL("cannot open", "inspect", "/nonexistent.json");
+#if TJ_HAVE_LLVM
+    /* bench's CPU driver parses with base/args.c (as tilejit-measure does): its forms and messages */
+    const char *bh[] = {"bench", "--backend", "cpu", "--help", NULL};
+    CHECK(run(bh) == 0);
+    EXPECT_FAIL("tilejit bench: unknown option '--bogus' (see --help)", "bench", "--backend", "cpu", "--bogus");
+    EXPECT_FAIL("tilejit bench: option '--verbose' takes no value", "bench", "--backend", "cpu", "--verbose=1");
+    EXPECT_FAIL("tilejit bench: option '--m' needs a value", "bench", "--backend", "cpu", "--m");
+    EXPECT_FAIL("tilejit bench: unexpected argument 'stray' (see --help)", "bench", "--backend", "cpu", "stray");
+    EXPECT_FAIL("tilejit bench: --m: 'x' is not an integer in [1, ", "bench", "--backend", "cpu", "--m", "x", "--n", "64",
+                "--k", "64", "--sparsity", "0.5");
+    EXPECT_FAIL("tilejit bench: --config: '/nonexistent.json' is neither JSON text nor a readable file", "bench",
+                "--backend=cpu", "--m=4", "--n", "64", "--k", "64", "--g", "32", "--sparsity=0.5", "--config",
+                "/nonexistent.json");
+#endif
 }
 
 static void test_pattern_fixtures(void)

@@ -15,6 +15,7 @@
 #include "runtime/model.h"
 #include "pattern/random.h"
 #include "cli_run.h"
+#include "tj_config.h"
 #include "tj_test.h"
 
 static char dir[512];
@@ -532,6 +533,45 @@ static void test_adaptive_bound(void)
     tj_tune_space_free(&s);
 }
 
+/* tilejit-measure's command line (base/args.c, shared with bench/'s drivers): --help and -h
+ * print the usage and exit 0; bad input exits 1 with one message; a good one prints one JSON
+ * result line. */
+static void test_measure_cli(void)
+{
+    char out[600], errs[600];
+    snprintf(out, sizeof out, "%s/measure.out", dir);
+    snprintf(errs, sizeof errs, "%s/measure.err", dir);
+    static const struct {
+        const char *args;
+        int rc;
+        const char *frag; /* in stdout (rc 0) or the one stderr line (rc 1) */
+    } cases[] = {
+        {"--help", 0, "usage: tilejit-measure --pattern P --weights W --layer NAME --m M"},
+        {"-h", 0, "usage: tilejit-measure"},
+        {"--pattern", 1, "tilejit-measure: option '--pattern' needs a value"},
+        {"--bogus 1", 1, "tilejit-measure: unknown option '--bogus' (see --help)"},
+        {"stray", 1, "tilejit-measure: unexpected argument 'stray'"},
+        {"--pattern p --weights w --layer b", 1, "tilejit-measure: --pattern, --weights, --layer and --m are required"},
+        {"--pattern p --weights w --layer b --m 0", 1, "tilejit-measure: --m: '0' is not a number in [1, "},
+        {"--pattern p --weights w --layer b --m 2.5", 1, "tilejit-measure: --m: '2.5' is not a whole number"},
+        {"--pattern p --weights w --layer b --m 3 --min-time 99", 1, "--min-time: '99' is not a number in [0, 60]"},
+        {"--pattern p --weights w --layer b --m 3 --seed -1x", 1, "--seed: '-1x' is not an unsigned integer"},
+        {"--pattern p --weights w --layer b --m 3 --backend tpu", 1, "--backend: 'tpu' is not cpu, cuda or reference"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        int rc = tj_test_sh("'%s' %s > '%s' 2> '%s'", TJ_MEASURE_HELPER_BUILD, cases[i].args, out, errs);
+        CHECKF(rc == cases[i].rc, "'%s': exit %d", cases[i].args, rc);
+        if (cases[i].rc == 0) CHECKF(tj_test_count_lines(out, cases[i].frag) == 1, "'%s': see %s", cases[i].args, out);
+        else
+            CHECKF(tj_test_count_lines(errs, NULL) == 1 && tj_test_count_lines(errs, cases[i].frag) == 1,
+                   "'%s': see %s", cases[i].args, errs);
+    }
+    int rc = tj_test_sh("'%s' --pattern '%s' --weights '%s' --layer b --m 5 --backend reference --min-time 0.001 "
+                        "--seed 7 > '%s' 2> '%s'", TJ_MEASURE_HELPER_BUILD, pattern_path, weights_path, out, errs);
+    CHECKF(rc == 0 && tj_test_count_lines(out, NULL) == 1 && tj_test_count_lines(out, "\"status\":\"ok\"") == 1,
+           "measure exited %d: see %s and %s", rc, out, errs);
+}
+
 int main(void)
 {
     exe = getenv("TJ_TILEJIT");
@@ -548,6 +588,7 @@ int main(void)
         fprintf(stderr, "TJ_TILEJIT not set: skipping the sweeps\n");
     } else {
         write_model();
+        test_measure_cli();
         test_failures();
         char cfgs[700], extra[800];
         snprintf(cfgs, sizeof cfgs, "%s/list.json", dir);
