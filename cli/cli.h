@@ -49,9 +49,36 @@ char *cli_read_config(const char *cmd, const char *value);
 int cmd_run(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_prune(int argc, char **argv);
+/* `tilejit prune`'s option values as given (NULL when absent), parsed once by cmd_prune.c for
+ * both of its paths: the plain one (cmd_prune.c) and the calibrated one (cmd_prune_calib.c). */
+typedef struct cli_prune_args {
+    const char *weights, *sparsity, *g, *mode, *ew, *tew_base, *layers, *scores, *out, *pruned;
+    /* the calibrated path's own (unknown options on the plain path) */
+    const char *calibration, *allocation, *profile, *budget_ms, *damp, *threads, *sweep_out, *sweep_steps,
+        *sweep_weights;
+    int quiet;
+} cli_prune_args;
+/* The layers to prune: --weights and --scores opened, the layers --layers selects. */
+typedef struct cli_prune_input {
+    tj_st_file *weights, *scores; /* scores NULL without --scores */
+    tj_prune_layer_in *layers;
+    int64_t nlayers;
+} cli_prune_input;
+/* Shared by both paths (cmd_prune.c). --sparsity into *out, in [0, 1); 1 after a message. */
+int cli_prune_sparsity(const char *s, double *out);
+/* --g, --mode, --ew and --tew-base (checked in this order) into opt; 1 after a message. */
+int cli_prune_shape(const cli_prune_args *a, tj_prune_options *opt);
+/* Opens --weights and --scores (its errors prefixed "--scores") and selects the layers; in starts
+ * zeroed. On failure err says why; cli_prune_input_close releases what was opened either way. */
+tj_status cli_prune_input_open(const cli_prune_args *a, cli_prune_input *in, tj_error *err);
+void cli_prune_input_close(cli_prune_input *in);
+/* The plain pruner over the selected layers: writes -o (and --pruned-weights), prints the summary;
+ * *prune_s (opening, selecting, pruning) and *write_s get the times when not NULL. Returns the exit
+ * code, 1 after a message. */
+int cli_prune_plain(const cli_prune_args *a, const tj_prune_options *opt, double *prune_s, double *write_s);
 /* The calibrated path of prune (cmd_prune_calib.c): taken when argv has one of its options. */
 int cli_prune_wants_calibrated(int argc, char **argv);
-int cmd_prune_calibrated(int argc, char **argv);
+int cmd_prune_calibrated(const cli_prune_args *a);
 int cmd_pattern(int argc, char **argv);
 /* Per-layer density and FLOP reduction table plus totals (cmd_prune.c; prune and pattern). */
 void cli_print_pattern_summary(const tj_pattern *p);

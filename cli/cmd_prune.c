@@ -1,6 +1,7 @@
 /* `tilejit prune`: a dense checkpoint → a tile-wise pattern (tw1, tw2, tew; one global threshold
- * across layers) and optionally the pruned weights. The summary printer is shared with
- * `tilejit pattern`. */
+ * across layers) and optionally the pruned weights. Parses the options of both paths and holds
+ * what the calibrated path (cmd_prune_calib.c) shares with the plain one; the summary printer is
+ * shared with `tilejit pattern`. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,84 +73,124 @@ void cli_print_pattern_summary(const tj_pattern *p)
            all ? 100.0 * (double)kept_all / (double)all : 0.0, kept_all ? (double)all / (double)kept_all : 0.0);
 }
 
+/* Every option of `tilejit prune`; the calibrated path's own only when that path is taken. Returns
+ * cli_parse's 0, 1 or 2 (--help). */
+static int prune_parse(int argc, char **argv, int calibrated, cli_prune_args *a)
+{
+    const cli_opt shared[] = {
+        {"weights", 1, &a->weights, NULL},   {"sparsity", 1, &a->sparsity, NULL}, {"g", 1, &a->g, NULL},
+        {"mode", 1, &a->mode, NULL},         {"ew", 1, &a->ew, NULL},             {"layers", 1, &a->layers, NULL},
+        {"scores", 1, &a->scores, NULL},     {"o", 1, &a->out, NULL},             {"output", 1, &a->out, NULL},
+        {"pruned-weights", 1, &a->pruned, NULL}, {"tew-base", 1, &a->tew_base, NULL}};
+    const cli_opt calib[] = {
+        {"calibration", 1, &a->calibration, NULL}, {"allocation", 1, &a->allocation, NULL},
+        {"profile", 1, &a->profile, NULL},         {"budget-ms", 1, &a->budget_ms, NULL},
+        {"damp", 1, &a->damp, NULL},               {"threads", 1, &a->threads, NULL},
+        {"sweep-out", 1, &a->sweep_out, NULL},     {"sweep-steps", 1, &a->sweep_steps, NULL},
+        {"sweep-weights", 1, &a->sweep_weights, NULL}, {"quiet", 0, NULL, &a->quiet}};
+    enum { NSHARED = sizeof shared / sizeof *shared, NCALIB = sizeof calib / sizeof *calib };
+    cli_opt opts[NSHARED + NCALIB + 1];
+    memcpy(opts, shared, sizeof shared);
+    memcpy(opts + NSHARED, calib, sizeof calib);
+    opts[calibrated ? NSHARED + NCALIB : NSHARED] = (cli_opt){0};
+    const char *pos[1];
+    int npos;
+    return cli_parse("prune", argc, argv, opts, pos, 0, &npos);
+}
+
+int cli_prune_sparsity(const char *s, double *out)
+{
+    if (cli_parse_double("prune", "sparsity", s, 0, 1, out)) return 1;
+    if (*out >= 1) return cli_fail("prune", "--sparsity: '%s' is outside [0, 1)", s);
+    return 0;
+}
+
+int cli_prune_shape(const cli_prune_args *a, tj_prune_options *opt)
+{
+    if (a->g && cli_parse_int("prune", "g", a->g, 1, TJ_MAX_DIM, &opt->g)) return 1;
+    if (a->mode && !tj_prune_mode_parse(a->mode, &opt->mode))
+        return cli_fail("prune", "--mode: unknown mode '%s' (expected tw1, tw2 or tew)", a->mode);
+    if (a->ew) {
+        if (opt->mode != TJ_PRUNE_TEW) return cli_fail("prune", "--ew applies only to --mode tew");
+        if (cli_parse_double("prune", "ew", a->ew, 0, 1, &opt->ew_fraction)) return 1;
+        if (!(opt->ew_fraction > 0 && opt->ew_fraction < 1))
+            return cli_fail("prune", "--ew: '%s' is outside (0, 1)", a->ew);
+    }
+    if (a->tew_base) {
+        if (opt->mode != TJ_PRUNE_TEW) return cli_fail("prune", "--tew-base applies only to --mode tew");
+        if (!tj_prune_mode_parse(a->tew_base, &opt->tew_base) || opt->tew_base == TJ_PRUNE_TEW)
+            return cli_fail("prune", "--tew-base: '%s' is not tw1 or tw2", a->tew_base);
+    }
+    return 0;
+}
+
+tj_status cli_prune_input_open(const cli_prune_args *a, cli_prune_input *in, tj_error *err)
+{
+    tj_status s = tj_st_open(a->weights, &in->weights, err);
+    if (s == TJ_OK && a->scores && (s = tj_st_open(a->scores, &in->scores, err)) != TJ_OK)
+        cli_error_prefix(err, "--scores");
+    if (s == TJ_OK) s = tj_prune_select(in->weights, a->layers, in->scores, &in->layers, &in->nlayers, err);
+    return s;
+}
+
+void cli_prune_input_close(cli_prune_input *in)
+{
+    free(in->layers);
+    tj_st_close(in->scores);
+    tj_st_close(in->weights);
+    *in = (cli_prune_input){0};
+}
+
+int cli_prune_plain(const cli_prune_args *a, const tj_prune_options *opt, double *prune_s, double *write_s)
+{
+    double t0 = tj_now(), t1 = t0;
+    tj_error err = {0};
+    cli_prune_input in = {0};
+    tj_pattern *p = NULL;
+    int rc = 1;
+    if (cli_prune_input_open(a, &in, &err) != TJ_OK) goto done;
+    if (tj_prune_layers(in.layers, in.nlayers, opt, &p, &err) != TJ_OK) goto done;
+    t1 = tj_now();
+    if (tj_pattern_save(p, a->out, &err) != TJ_OK) goto done;
+    if (a->pruned && tj_prune_write_weights(in.weights, p, a->pruned, &err) != TJ_OK) goto done;
+    if (prune_s) *prune_s = t1 - t0;
+    if (write_s) *write_s = tj_now() - t1;
+    cli_print_pattern_summary(p);
+    rc = 0;
+done:
+    if (rc) cli_fail("prune", "%s", err.msg);
+    tj_pattern_destroy(p);
+    cli_prune_input_close(&in);
+    return rc;
+}
+
 int cmd_prune(int argc, char **argv)
 {
-    const char *weights = NULL, *sparsity = NULL, *g_s = NULL, *mode_s = NULL, *ew_s = NULL, *layers = NULL,
-               *scores = NULL, *out = NULL, *pruned = NULL, *base_s = NULL, *pos[1];
-    int npos;
-    cli_opt opts[] = {{"weights", 1, &weights, NULL}, {"sparsity", 1, &sparsity, NULL}, {"g", 1, &g_s, NULL},
-                      {"mode", 1, &mode_s, NULL},      {"ew", 1, &ew_s, NULL},             {"layers", 1, &layers, NULL},
-                      {"scores", 1, &scores, NULL},    {"o", 1, &out, NULL},               {"output", 1, &out, NULL},
-                      {"pruned-weights", 1, &pruned, NULL}, {"tew-base", 1, &base_s, NULL}, {0}};
-    if (cli_prune_wants_calibrated(argc, argv)) {
-        int rc = cmd_prune_calibrated(argc, argv);
-        if (rc != 2) return rc;
-        fputs(help, stdout);
-        return 0;
-    }
-    int r = cli_parse("prune", argc, argv, opts, pos, 0, &npos);
+    cli_prune_args a = {0};
+    int calibrated = cli_prune_wants_calibrated(argc, argv);
+    int r = prune_parse(argc, argv, calibrated, &a);
     if (r == 2) {
         fputs(help, stdout);
         return 0;
     }
     if (r) return 1;
-    if (!weights) return cli_fail("prune", "--weights W.safetensors is required (see --help)");
-    if (!sparsity) return cli_fail("prune", "--sparsity S is required (see --help)");
-    if (!out) return cli_fail("prune", "-o PATTERN is required (see --help)");
+    if (!a.weights) return cli_fail("prune", "--weights W.safetensors is required (see --help)");
+    if (calibrated) return cmd_prune_calibrated(&a);
+    if (!a.sparsity) return cli_fail("prune", "--sparsity S is required (see --help)");
+    if (!a.out) return cli_fail("prune", "-o PATTERN is required (see --help)");
 
     tj_prune_options opt = tj_prune_options_default();
-    if (cli_parse_double("prune", "sparsity", sparsity, 0, 1, &opt.sparsity)) return 1;
-    if (opt.sparsity >= 1) return cli_fail("prune", "--sparsity: '%s' is outside [0, 1)", sparsity);
-    if (g_s && cli_parse_int("prune", "g", g_s, 1, TJ_MAX_DIM, &opt.g)) return 1;
-    if (mode_s && !tj_prune_mode_parse(mode_s, &opt.mode))
-        return cli_fail("prune", "--mode: unknown mode '%s' (expected tw1, tw2 or tew)", mode_s);
-    if (ew_s) {
-        if (opt.mode != TJ_PRUNE_TEW) return cli_fail("prune", "--ew applies only to --mode tew");
-        if (cli_parse_double("prune", "ew", ew_s, 0, 1, &opt.ew_fraction)) return 1;
-        if (!(opt.ew_fraction > 0 && opt.ew_fraction < 1))
-            return cli_fail("prune", "--ew: '%s' is outside (0, 1)", ew_s);
-    }
-    if (base_s) {
-        if (opt.mode != TJ_PRUNE_TEW) return cli_fail("prune", "--tew-base applies only to --mode tew");
-        if (!tj_prune_mode_parse(base_s, &opt.tew_base) || opt.tew_base == TJ_PRUNE_TEW)
-            return cli_fail("prune", "--tew-base: '%s' is not tw1 or tw2", base_s);
-    }
+    if (cli_prune_sparsity(a.sparsity, &opt.sparsity) || cli_prune_shape(&a, &opt)) return 1;
     if (opt.mode == TJ_PRUNE_TEW && !(opt.sparsity + opt.ew_fraction < 1))
         return cli_fail("prune", "--sparsity %g plus --ew %g must stay below 1 (tew prunes tile-wise at S + F)",
                         opt.sparsity, opt.ew_fraction);
 
-    double t0 = tj_now();
-    tj_error err = {0};
-    tj_st_file *wf = NULL, *sf = NULL;
-    tj_prune_layer_in *in = NULL;
-    tj_pattern *p = NULL;
-    int64_t nl = 0;
-    int rc = 1;
-    if (tj_st_open(weights, &wf, &err) != TJ_OK) goto fail;
-    if (scores && tj_st_open(scores, &sf, &err) != TJ_OK) {
-        cli_error_prefix(&err, "--scores");
-        goto fail;
-    }
-    if (tj_prune_select(wf, layers, sf, &in, &nl, &err) != TJ_OK) goto fail;
-    if (tj_prune_layers(in, nl, &opt, &p, &err) != TJ_OK) goto fail;
-    double t1 = tj_now();
-    if (tj_pattern_save(p, out, &err) != TJ_OK) goto fail;
-    if (pruned && tj_prune_write_weights(wf, p, pruned, &err) != TJ_OK) goto fail;
-    double t2 = tj_now();
-    cli_print_pattern_summary(p);
+    double prune_s, write_s;
+    if (cli_prune_plain(&a, &opt, &prune_s, &write_s)) return 1;
     printf("mode %s, sparsity %g, g %lld", tj_prune_mode_name(opt.mode), opt.sparsity, (long long)opt.g);
     if (opt.mode == TJ_PRUNE_TEW) printf(" over %s, ew %g", tj_prune_mode_name(opt.tew_base), opt.ew_fraction);
-    printf("; pruned in %.2f s, wrote %s%s%s in %.2f s\n", t1 - t0, out, pruned ? " and " : "", pruned ? pruned : "",
-           t2 - t1);
-    rc = 0;
-    if (fflush(stdout) != 0) rc = cli_fail("prune", "cannot write the summary");
-    goto done;
-fail:
-    cli_fail("prune", "%s", err.msg);
-done:
-    tj_pattern_destroy(p);
-    free(in);
-    tj_st_close(sf);
-    tj_st_close(wf);
-    return rc;
+    printf("; pruned in %.2f s, wrote %s%s%s in %.2f s\n", prune_s, a.out, a.pruned ? " and " : "",
+           a.pruned ? a.pruned : "", write_s);
+    if (fflush(stdout) != 0) return cli_fail("prune", "cannot write the summary");
+    return 0;
 }

@@ -85,6 +85,109 @@ static int same_file(const char *a, const char *b)
     return x[0] && strcmp(x, y) == 0;
 }
 
+/* Exit 1 and exactly `want` on stderr (the whole message, one line). */
+static void expect_message(const char *args, const char *want)
+{
+    int rc = run(tilejit, args);
+    CHECKF(rc == 1 && strcmp(err_text, want) == 0, "%s: exit %d, stderr '%s', expected '%s'", args, rc, err_text, want);
+}
+
+/* tmpl with {M} and {P} replaced by m and p (paths without spaces: unquoted, as in messages) and
+ * {C} by a --calibration option naming a file that does not exist. */
+static void expand(char *out, size_t cap, const char *tmpl, const char *m, const char *p)
+{
+    size_t at = 0;
+    out[0] = '\0';
+    for (const char *s = tmpl; *s && at + 1 < cap; s++) {
+        const char *with = NULL;
+        if (strncmp(s, "{M}", 3) == 0) with = m;
+        else if (strncmp(s, "{P}", 3) == 0) with = p;
+        else if (strncmp(s, "{C}", 3) == 0) with = "--calibration no-such-stats.safetensors";
+        if (with) {
+            int w = snprintf(out + at, cap - at, "%s", with);
+            if (w < 0 || (size_t)w >= cap - at) abort();
+            at += (size_t)w;
+            s += 2;
+        } else {
+            out[at++] = *s;
+            out[at] = '\0';
+        }
+    }
+}
+
+/* The calibrated path of `tilejit prune` (any of --calibration, --allocation, --profile,
+ * --budget-ms, --sweep-out) shares the plain path's options, help and messages; its own options
+ * are unknown without it. Runs that need statistics are test_calibrate.py's. */
+static void test_calibrated_cli(const char *m, const char *p)
+{
+    static char help[1 << 14];
+    char args[4096], want[2048];
+    CHECK(run(tilejit, "prune --help") == 0 && strlen(out_text) < sizeof help);
+    snprintf(help, sizeof help, "%s", out_text);
+    CHECK(strstr(help, "--calibration STATS") && strstr(help, "--sweep-weights J,..."));
+    CHECK(run(tilejit, "prune --calibration x --help") == 0 && strcmp(out_text, help) == 0);
+    CHECK(run(tilejit, "prune --allocation measured -h") == 0 && strcmp(out_text, help) == 0);
+    CHECK(run(tilejit, "prune -h") == 0 && strcmp(out_text, help) == 0 && err_text[0] == '\0');
+
+    const char *calib_only[] = {"--quiet", "--damp 1", "--threads 1", "--sweep-steps 2", "--sweep-weights 1"};
+    for (size_t i = 0; i < sizeof calib_only / sizeof *calib_only; i++) {
+        snprintf(args, sizeof args, "prune --weights '%s' --sparsity 0.5 -o '%s' %s", m, p, calib_only[i]);
+        snprintf(want, sizeof want, "tilejit prune: unknown option '%.*s' (see --help)\n",
+                 (int)strcspn(calib_only[i], " "), calib_only[i]);
+        expect_message(args, want);
+    }
+    snprintf(args, sizeof args, "prune --weights '%s' --sparsity 0.5 -o '%s' --quiet=1 --calibration x", m, p);
+    expect_message(args, "tilejit prune: option '--quiet' takes no value\n");
+
+    /* {M} and {P} stand for the model's and the pattern's paths, {C} for a --calibration option */
+    struct { const char *args, *message; } cases[] = {
+        {"{C} --sparsity 0.5 -o {P}", "--weights W.safetensors is required (see --help)"},
+        {"--weights {M} {C} --sparsity 0.5", "-o PATTERN is required (see --help)"},
+        {"--weights {M} {C} -o {P}", "--sparsity S (or --budget-ms) is required (see --help)"},
+        {"--weights {M} {C} --sparsity 1 -o {P}", "--sparsity: '1' is outside [0, 1)"},
+        {"--weights {M} {C} --sparsity abc -o {P}", "--sparsity: 'abc' is not a number in [0, 1]"},
+        {"--weights {M} {C} --sparsity 0.5 --g 0 -o {P}", "--g: '0' is not an integer in [1, 16777216]"},
+        {"--weights {M} {C} --sparsity 0.5 --mode tw3 -o {P}", "--mode: unknown mode 'tw3' (expected tw1, tw2 or tew)"},
+        {"--weights {M} {C} --sparsity 0.5 --ew 0.01 -o {P}", "--ew applies only to --mode tew"},
+        {"--weights {M} {C} --sparsity 0.5 --mode tew --ew 0 -o {P}", "--ew: '0' is outside (0, 1)"},
+        {"--weights {M} {C} --sparsity 0.5 --tew-base tw2 -o {P}", "--tew-base applies only to --mode tew"},
+        {"--weights {M} {C} --sparsity 0.5 --mode tew --tew-base tew -o {P}", "--tew-base: 'tew' is not tw1 or tw2"},
+        {"--weights {M} {C} --sparsity 0.95 --mode tew --ew 0.05 -o {P}", "--sparsity 0.95 plus --ew 0.05 must stay below 1"},
+        /* the first problem in the path's order of checks is the one reported */
+        {"--weights {M} {C} --allocation bogus --g 0 --sparsity 0.5 -o {P}",
+         "--allocation: unknown 'bogus' (expected uniform, global or measured)"},
+        {"--weights {M} {C} --damp x --g 0 --sparsity 0.5 -o {P}", "--g: '0' is not an integer in [1, 16777216]"},
+        {"--weights {M} {C} --sparsity 1 --g 0 -o {P}", "--g: '0' is not an integer in [1, 16777216]"},
+        {"--weights {M} {C} --budget-ms 1 -o {P}", "--budget-ms needs --allocation measured (and --profile)"},
+        {"--weights {M} --allocation uniform --sparsity 0.5 -o {P}",
+         "--allocation uniform needs --calibration STATS (without it, only global)"},
+        {"--weights {M} --sweep-out sweep.safetensors", "--sweep-out needs --calibration STATS"},
+        {"--weights {M} {C} --sparsity 0.5 -o {P} extra", "unexpected argument 'extra' (see --help)"},
+        {"--weights {M} {C} --sparsity 0.5 --layers nothing -o {P}",
+         "{M}: no layer matches --layers 'nothing' (the file has 20 *.weight tensors)"},
+        {"--weights {M} {C} --sparsity 0.5 --scores no-such-scores.safetensors -o {P}",
+         "--scores: no-such-scores.safetensors: cannot open: No such file or directory"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char a[1024], msg[1024];
+        expand(a, sizeof a, cases[i].args, m, p);
+        expand(msg, sizeof msg, cases[i].message, m, p);
+        snprintf(args, sizeof args, "prune %s", a);
+        snprintf(want, sizeof want, "tilejit prune: %s\n", msg);
+        expect_message(args, want);
+    }
+
+    /* --allocation global without statistics is the plain pruner: the same pattern, its summary
+     * without the plain path's closing "mode ..." line */
+    const char *q = tmp_path("global.json");
+    snprintf(args, sizeof args, "prune --weights '%s' --sparsity 0.5 --g 64 -o '%s'", m, p);
+    CHECKF(run(tilejit, args) == 0 && strstr(out_text, "mode tw1, sparsity 0.5, g 64; pruned in"), "%s: %s", args, err_text);
+    snprintf(args, sizeof args, "prune --weights '%s' --sparsity 0.5 --g 64 --allocation global -o '%s'", m, q);
+    CHECKF(run(tilejit, args) == 0 && err_text[0] == '\0', "%s: %s", args, err_text);
+    CHECKF(same_file(p, q), "%s: a different pattern than the plain pruner's", args);
+    CHECKF(strstr(out_text, "total: 12 layers") && !strstr(out_text, "mode "), "%s: %s", args, out_text);
+}
+
 static void test_cli(void)
 {
     char args[2048];
@@ -182,6 +285,7 @@ static void test_cli(void)
     expect_fail(tilejit, args, P, "no/such/dir");
     snprintf(args, sizeof args, "prune --weights '%s' --sparsity 0.5 -o '%s' extra", m, p);
     expect_fail(tilejit, args, P, "unexpected argument 'extra'");
+    test_calibrated_cli(m, p);
 
     const char *Q = "tilejit pattern: ";
     snprintf(args, sizeof args, "pattern -o '%s'", q);

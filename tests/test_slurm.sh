@@ -27,7 +27,7 @@ fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 note() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
 finish() {
     local rc=$?
-    trap - EXIT INT TERM
+    trap - EXIT INT TERM HUP
     "$SLURM_LOCAL" stop "$D/cluster" || { echo "FAIL: cluster processes left running"; failures=$((failures + 1)); }
     if [ $failures -eq 0 ] && [ $rc -eq 0 ]; then
         rm -rf "$D"
@@ -38,7 +38,27 @@ finish() {
     exit 1
 }
 trap finish EXIT
-trap 'fail "interrupted"; exit 1' INT TERM
+trap 'fail "interrupted"; exit 1' INT TERM HUP
+
+# The cluster must not outlive the test however the test ends, finish included: a watchdog in a
+# session of its own (out of reach of a signal to the test's process group, as meson sends when it
+# times out or is itself killed) asks the test to finish when the test's parent goes away (an
+# orphaned test would run on unseen), and stops the cluster by pid once the test is gone.
+gone() { local st; st=$(ps -o stat= -p "$1" 2>/dev/null); [ -z "$st" ] || [ "${st:0:1}" = Z ]; }
+watchdog() { # TEST_PID PARENT_PID SLURM_LOCAL CLUSTER_DIR
+    local t
+    while ! gone "$1" && [ "$(ps -o ppid= -p "$1" 2>/dev/null | tr -d ' ')" = "$2" ]; do sleep 0.5; done
+    if ! gone "$1"; then
+        echo "watchdog: the test's parent $2 is gone: stopping the test ($1)"
+        kill -TERM "$1" 2>/dev/null
+        for t in $(seq 60); do gone "$1" && break; sleep 0.5; done
+        gone "$1" || kill -KILL "$1" 2>/dev/null
+    fi
+    "$3" stop "$4" && echo "watchdog: nothing of $4 runs"
+}
+setsid bash -c "$(declare -f gone watchdog); watchdog \"\$@\"" watchdog $$ "$PPID" "$SLURM_LOCAL" "$D/cluster" \
+    < /dev/null > "$D/watchdog.log" 2>&1 &
+echo $! > "$D/watchdog.pid"
 
 "$SLURM_LOCAL" start "$D/cluster"
 rc=$?

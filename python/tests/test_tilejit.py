@@ -423,5 +423,82 @@ class BertBlockExample(unittest.TestCase):
             self.assertIn("encoder.layer.1.attention.self.query", r.stderr)
 
 
+class Masks(unittest.TestCase):
+    """tilejit.masks (NumPy only; tilejit.torch.layer_mask and scripts/quality use it)."""
+
+    def test_layer_mask(self):
+        from tilejit import masks
+        rng = np.random.default_rng(5)
+        # full and kept columns, g dividing n or not, ew residual, tiles with no rows
+        for n, k, g, s, cf, ew in [(96, 40, 32, 0.5, 1.0, 0.0), (100, 33, 16, 0.7, 0.6, 0.03),
+                                   (64, 24, 128, 0.25, 1.0, 0.05), (50, 20, 8, 1.0, 0.5, 0.02)]:
+            entry, want = random_layer(rng, "l", n, k, g, s, cf, ew)
+            got = masks.layer_mask(entry)
+            self.assertEqual((got.dtype, got.shape), (np.dtype(bool), (n, k)))
+            np.testing.assert_array_equal(got, want, err_msg=str((n, k, g, s, cf, ew)))
+
+    @unittest.skipUnless(os.environ.get("TJ_TILEJIT"), "TJ_TILEJIT (the tilejit command) not set")
+    def test_pattern_masks_are_the_pruned_weights(self):
+        """The masks of a pattern `tilejit prune` wrote are where its --pruned-weights are nonzero."""
+        from tilejit import masks
+        rng = np.random.default_rng(6)
+        tensors = {"a.weight": rng.standard_normal((96, 48)).astype(np.float32),
+                   "b.weight": rng.standard_normal((40, 64)).astype(np.float32)}
+        with tempfile.TemporaryDirectory() as tmp:
+            w, p, pw = (os.path.join(tmp, f) for f in ("w.safetensors", "p.json", "pw.safetensors"))
+            safetensors.save(w, tensors)
+            for mode in (["tw1"], ["tw2"], ["tew", "--tew-base", "tw2", "--ew", "0.02"]):
+                r = run_tool([os.environ["TJ_TILEJIT"], "prune", "--weights", w, "--sparsity", "0.6", "--g", "16",
+                              "--mode"] + mode + ["-o", p, "--pruned-weights", pw])
+                self.assertEqual(r.returncode, 0, r.stderr)
+                got, pruned = masks.pattern_masks(p), safetensors.load(pw)
+                self.assertEqual(sorted(got), ["a", "b"])
+                for name, m in got.items():
+                    np.testing.assert_array_equal(m, pruned[name + ".weight"] != 0, err_msg=str((mode, name)))
+                kept = sum(int(m.sum()) for m in got.values()) / sum(m.size for m in got.values())
+                self.assertAlmostEqual(kept, 0.4, delta=0.02, msg=mode)
+
+
+@unittest.skipUnless(os.environ.get("TJ_TILEJIT"), "TJ_TILEJIT (the tilejit command) not set")
+class QualityScript(unittest.TestCase):
+    """scripts/quality's pruning step without torch: one `tilejit prune` per layer (per-layer
+    scope) selects exactly that layer (tilejit.calibrate.layer_regex), masks from tilejit.masks."""
+
+    def test_tw_prune(self):
+        import importlib.machinery
+        import importlib.util
+        from tilejit import masks
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "quality")
+        saved = sys.modules.get("torch", False)
+        sys.modules["torch"] = None  # any `import torch` below fails
+        try:
+            loader = importlib.machinery.SourceFileLoader("tj_quality", path)
+            quality = importlib.util.module_from_spec(importlib.util.spec_from_loader("tj_quality", loader))
+            loader.exec_module(quality)
+            self.assertIs(quality.pattern_masks, masks.pattern_masks)
+            rng = np.random.default_rng(7)
+            # names one regex could confuse: a suffix of another, and "." matching any character
+            names = ["enc.output.dense", "enc.attention.output.dense", "blk.a", "blkxa"]
+            with tempfile.TemporaryDirectory() as tmp:
+                w = os.path.join(tmp, "w.safetensors")
+                safetensors.save(w, {n + ".weight": rng.standard_normal((64, 32)).astype(np.float32) for n in names})
+                got, paths = quality.tw_prune(os.environ["TJ_TILEJIT"], w, names, 0.5, "tw1", "per-layer", "0.01",
+                                              os.path.join(tmp, "q.json"))
+                self.assertEqual(len(paths), len(names))
+                for name, pth in zip(names, paths):
+                    with open(pth) as f:
+                        self.assertEqual([l["name"] for l in json.load(f)["layers"]], [name])
+                    self.assertEqual(got[name].mean(), 0.5, name)  # one tile of 64, 16 of 32 rows kept
+                got, paths = quality.tw_prune(os.environ["TJ_TILEJIT"], w, names, 0.5, "tw1", "global", "0.01",
+                                              os.path.join(tmp, "g.json"))
+                self.assertEqual((sorted(got), len(paths)), (sorted(names), 1))
+                self.assertEqual(sum(int(m.sum()) for m in got.values()), len(names) * 64 * 16)
+        finally:
+            if saved is False:
+                del sys.modules["torch"]
+            else:
+                sys.modules["torch"] = saved
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

@@ -32,7 +32,7 @@ import weakref
 import torch
 from torch import nn
 
-from . import Context, Model, TilejitError, backend_built
+from . import Context, Model, TilejitError, backend_built, masks
 from . import _lib as L
 
 __all__ = ["TWLinear", "sparsify", "SparsifyReport", "linear", "layer_mask", "dense_copy"]
@@ -236,22 +236,9 @@ def _linear_fake(x, handle):
 
 
 def layer_mask(layer):
-    """The dense boolean mask [n × k] of a pattern layer (a dict of the tilejit-pattern JSON):
-    True where a weight is kept (tiles over the kept columns, plus the ew residual)."""
-    n, k, g = layer["n"], layer["k"], layer["g"]
-    cols = torch.as_tensor(layer.get("cols", range(n)), dtype=torch.long)
-    mask = torch.zeros((n, k), dtype=torch.bool)
-    for t, rows in enumerate(layer["tiles"]):
-        c = cols[t * g:(t + 1) * g]
-        if len(rows) and len(c):
-            mask[c.unsqueeze(1), torch.as_tensor(rows, dtype=torch.long).unsqueeze(0)] = True
-    ew = layer.get("ew")
-    if ew:
-        ptr = ew["indptr"]
-        idx = torch.as_tensor(ew["indices"], dtype=torch.long)
-        rows = torch.repeat_interleave(torch.arange(n), torch.as_tensor(ptr[1:]) - torch.as_tensor(ptr[:-1]))
-        mask[rows, idx] = True
-    return mask
+    """The dense boolean mask [n × k] of a pattern layer (a dict of the tilejit-pattern JSON) as a
+    torch.bool tensor: True where a weight is kept (tilejit.masks.layer_mask)."""
+    return torch.from_numpy(masks.layer_mask(layer))
 
 
 # --- the module ----------------------------------------------------------------------------------
