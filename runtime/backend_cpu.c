@@ -271,8 +271,7 @@ void tj_cpu_layer_run(const tj_cpu_layer *cl, tj_pool *pool, int threads, const 
 {
     if (m <= 0) return;
     /* small calls on the calling thread alone: never slower on N threads than on 1 */
-    int64_t serial = cl->cfg.serial == 0 ? TJ_CPU_SERIAL_KFLOP : cl->cfg.serial;
-    if (serial > 0 && 2.0 * (double)m * (double)cl->kept < 1000.0 * (double)serial) threads = 1;
+    if (tj_cpu_serial_call(cl->cfg.serial, m, cl->kept)) threads = 1;
     run_args a = {cl, x, y, m, 0, cl->mb};
     a.nchunks = (m + a.chunk - 1) / a.chunk;
     tj_pool_run(pool, threads, cl->l->ntiles * a.nchunks, run_item, &a);
