@@ -13,6 +13,7 @@
 #include "jit/cpu_jit.h"
 #include "tuning/tuning.h"
 #include "base/host.h"
+#include "pattern/pattern.h"
 
 /* TILEJIT_DUMP_DIR: every emitted module as DIR/<prefix>.ll (before optimisation), with the
  * config and pass pipeline in a header comment. Best effort: a dump failure never fails a load. */
@@ -39,18 +40,16 @@ static void dump_ir(LLVMModuleRef m, const tj_layer *l, const tj_cpu_config *cfg
 #define OBJ_MAGIC "TJCO"
 #define OBJ_FORMAT 1u
 
-static void layer_key(tj_cache_key *k, const tj_layer *l, const tj_cpu_config *cfg, const char *prefix)
+static void key_add(void *ctx, const void *data, size_t len) { tj_cache_key_add(ctx, data, len); }
+
+void tj_cpu_layer_key(tj_cache_key *k, const tj_layer *l, const tj_cpu_config *cfg, const char *prefix)
 {
     tj_cache_key_begin(k);
     tj_cache_key_add_str(k, "tilejit cpu object");
     tj_cache_key_add_str(k, tj_cpu_gen_id());
-    int64_t head[6] = {l->n, l->k, l->g, l->ncols, l->ntiles, (int64_t)l->act};
-    tj_cache_key_add(k, head, sizeof head);
-    tj_cache_key_add(k, l->cols, l->cols ? (size_t)l->ncols * sizeof *l->cols : 0);
-    tj_cache_key_add(k, l->tile_ptr, (size_t)(l->ntiles + 1) * sizeof *l->tile_ptr);
-    tj_cache_key_add(k, l->tile_rows, (size_t)l->tile_ptr[l->ntiles] * sizeof *l->tile_rows);
-    tj_cache_key_add(k, l->ew_indptr, l->ew_indptr ? (size_t)(l->n + 1) * sizeof *l->ew_indptr : 0);
-    tj_cache_key_add(k, l->ew_indices, l->ew_indptr ? (size_t)l->ew_nnz * sizeof *l->ew_indices : 0);
+    /* the pattern: the fields tj_layer_hash covers, each chunk length-prefixed (so the key stays
+     * collision-safe where the 64-bit hash is not) */
+    tj_layer_fields(l, key_add, k);
     char *cj = tj_cpu_config_to_json(cfg);
     tj_cache_key_add_str(k, cj ? cj : "?");
     free(cj);
@@ -108,7 +107,7 @@ static tj_status compile_layer(tj_cpu_jit *jit, const tj_layer *l, tj_cpu_layer 
     char pfx[64];
     snprintf(pfx, sizeof pfx, "%s", prefix);
     if (cache && tj_cache_mode(cache) > 0) {
-        layer_key(&key, l, &cl->cfg, pfx);
+        tj_cpu_layer_key(&key, l, &cl->cfg, pfx);
         int r = load_cached(jit, cache, &key, cl, err);
         if (r < 0) return err->status;
         if (r == 1) {
@@ -119,7 +118,7 @@ static tj_status compile_layer(tj_cpu_jit *jit, const tj_layer *l, tj_cpu_layer 
          * fresh names (a new key too) */
         if (r == 2) {
             snprintf(pfx, sizeof pfx, "%s_r", prefix);
-            layer_key(&key, l, &cl->cfg, pfx);
+            tj_cpu_layer_key(&key, l, &cl->cfg, pfx);
         }
     }
     double t0 = tj_now();

@@ -43,6 +43,10 @@ tj_status tj_cpu_layer_build(tj_cpu_jit *jit, const tj_layer *l, const tj_layer_
                              const tj_cpu_config *cfg, const char *prefix, tj_cpu_layer **out,
                              tj_error *err);
 void tj_cpu_layer_free(tj_cpu_layer *cl);
+/* The object-cache key of layer l compiled with config cfg (resolved) under symbol prefix: the
+ * emitter build, the pattern (tj_layer_fields), the config's canonical JSON, the prefix and the
+ * host (tj_cpu_jit_key_host). */
+void tj_cpu_layer_key(tj_cache_key *k, const tj_layer *l, const tj_cpu_config *cfg, const char *prefix);
 /* y [m × n] = layer(x [m × k]), row-major, on at most `threads` threads of pool (NULL pool or
  * threads 1: the calling thread). x is fp32, or raw bf16 with cfg.dtype bf16; y fp32, or bf16
  * with cfg.out bf16. Results do not depend on the thread count. */
