@@ -124,7 +124,7 @@ static tj_status compile_layer(tj_cpu_jit *jit, const tj_layer *l, tj_cpu_layer 
     double t0 = tj_now();
     LLVMOrcThreadSafeContextRef tsc = LLVMOrcCreateNewThreadSafeContext();
     LLVMModuleRef mod = NULL;
-    tj_status s = tj_cpu_emit_module(LLVMOrcThreadSafeContextGetContext(tsc), l, &cl->plan, &cl->cfg, pfx, &mod, &cl->info, err);
+    tj_status s = tj_cpu_emit_module(LLVMOrcThreadSafeContextGetContext(tsc), l, &cl->pk->plan, &cl->cfg, pfx, &mod, &cl->info, err);
     cl->emit_seconds = tj_now() - t0;
     void *obj = NULL;
     size_t len = 0;
@@ -161,43 +161,67 @@ int tj_cpu_count(void)
     return n > 0 ? (int)n : 1;
 }
 
+int tj_cpu_layout_same(const tj_cpu_config *a, const tj_cpu_config *b)
+{
+    /* exactly what tj_plan_build (pad) and tj_cpu_pack_weights read */
+    return a->vec == b->vec && a->nr == b->nr && a->weights == b->weights &&
+           (a->dot == TJ_CPU_DOT_DPBF16) == (b->dot == TJ_CPU_DOT_DPBF16);
+}
+
+static void packed_release(tj_cpu_packed *pk)
+{
+    if (!pk || atomic_fetch_sub(&pk->refs, 1) != 1) return;
+    tj_plan_free(&pk->plan);
+    free(pk->wp);
+    free(pk->bk);
+    free(pk->bias);
+    free(pk->ewv);
+    free(pk);
+}
+
 void tj_cpu_layer_free(tj_cpu_layer *cl)
 {
     if (!cl) return;
-    tj_plan_free(&cl->plan);
-    free(cl->wp);
-    free(cl->bk);
-    free(cl->bias);
-    free(cl->ewv);
+    packed_release(cl->pk);
     free(cl);
 }
 
-static tj_status pack(tj_cpu_layer *cl, const tj_layer_weights *w, tj_error *err)
+/* Fills pk's buffers (its plan is built) for layer l: the weights in pk->cfg's layout, bias in
+ * kept-column order (bk_elems slots), ew values. */
+static tj_status pack(tj_cpu_packed *pk, const tj_layer *l, const tj_layer_weights *w, int64_t bk_elems, tj_error *err)
 {
-    const tj_layer *l = cl->l;
-    int bf = cl->cfg.weights == TJ_CPU_WEIGHTS_BF16;
+    int bf = pk->cfg.weights == TJ_CPU_WEIGHTS_BF16;
     size_t esz = bf ? 2 : sizeof(float);
-    size_t wbytes = ((size_t)(cl->plan.packed_elems + cl->cfg.vec) * esz + 63) & ~(size_t)63;
-    cl->wp = aligned_alloc(64, wbytes);
-    cl->bk = calloc((size_t)cl->info.bk_elems + 1, sizeof(float));
-    cl->ewv = malloc((size_t)(l->ew_nnz + 1) * sizeof(float));
-    if (w->bias) cl->bias = malloc((size_t)l->n * sizeof(float));
-    if (!cl->wp || !cl->bk || !cl->ewv || (w->bias && !cl->bias))
+    size_t wbytes = ((size_t)(pk->plan.packed_elems + pk->cfg.vec) * esz + 63) & ~(size_t)63;
+    pk->wp = aligned_alloc(64, wbytes);
+    pk->wp_bytes = wbytes;
+    pk->bk = calloc((size_t)bk_elems + 1, sizeof(float));
+    pk->bk_elems = bk_elems;
+    pk->ewv = malloc((size_t)(l->ew_nnz + 1) * sizeof(float));
+    if (w->bias) pk->bias = malloc((size_t)l->n * sizeof(float));
+    if (!pk->wp || !pk->bk || !pk->ewv || (w->bias && !pk->bias))
         return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "layer '%s': out of memory packing weights", l->name);
-    tj_cpu_pack_weights(&cl->plan, &cl->cfg, w->w, w->wdt, cl->wp);
-    memset((char *)cl->wp + (size_t)cl->plan.packed_elems * esz, 0, wbytes - (size_t)cl->plan.packed_elems * esz);
+    tj_cpu_pack_weights(&pk->plan, &pk->cfg, w->w, w->wdt, pk->wp);
+    memset((char *)pk->wp + (size_t)pk->plan.packed_elems * esz, 0, wbytes - (size_t)pk->plan.packed_elems * esz);
     if (w->bias) {
-        tj_convert_to_f32(w->bias, w->bdt, l->n, cl->bias);
-        for (int64_t j = 0; j < l->ncols; j++) cl->bk[j] = cl->bias[tj_layer_col(l, j)];
+        tj_convert_to_f32(w->bias, w->bdt, l->n, pk->bias);
+        for (int64_t j = 0; j < l->ncols; j++) pk->bk[j] = pk->bias[tj_layer_col(l, j)];
     }
     for (int64_t n = 0; n < l->n && l->ew_nnz; n++)
         for (int64_t e = l->ew_indptr[n]; e < l->ew_indptr[n + 1]; e++)
-            cl->ewv[e] = tj_load_f32(w->w, w->wdt, n * l->k + l->ew_indices[e]);
+            pk->ewv[e] = tj_load_f32(w->w, w->wdt, n * l->k + l->ew_indices[e]);
     return TJ_OK;
 }
 
 tj_status tj_cpu_layer_build(tj_cpu_jit *jit, const tj_layer *l, const tj_layer_weights *w, const tj_cpu_config *cfg,
                              const char *prefix, tj_cpu_layer **out, tj_error *err)
+{
+    return tj_cpu_layer_build_shared(jit, l, w, cfg, prefix, NULL, 0, out, err);
+}
+
+tj_status tj_cpu_layer_build_shared(tj_cpu_jit *jit, const tj_layer *l, const tj_layer_weights *w,
+                                    const tj_cpu_config *cfg, const char *prefix, tj_cpu_layer *const *peers,
+                                    int npeers, tj_cpu_layer **out, tj_error *err)
 {
     *out = NULL;
     tj_cpu_layer *cl = calloc(1, sizeof *cl);
@@ -213,16 +237,38 @@ tj_status tj_cpu_layer_build(tj_cpu_jit *jit, const tj_layer *l, const tj_layer_
     if (s == TJ_OK && cl->cfg.dot == TJ_CPU_DOT_DPBF16 && !tj_cpu_host_bf16()) /* LLVM could not select it */
         s = tj_fail(err, TJ_ERR_UNSUPPORTED, "layer '%s': dot dpbf16 needs avx512_bf16, which this CPU (%s) lacks", l->name,
                     tj_host_cpu_name());
-    if (s == TJ_OK) s = tj_plan_build(l, cl->cfg.vec, &cl->plan, err);
     if (s != TJ_OK) goto fail;
+    for (int i = 0; i < npeers && !cl->pk; i++)
+        if (peers[i] && peers[i]->l == l && peers[i]->pk->src == w->w && tj_cpu_layout_same(&peers[i]->cfg, &cl->cfg)) {
+            cl->pk = peers[i]->pk;
+            atomic_fetch_add(&cl->pk->refs, 1);
+        }
+    if (!cl->pk) {
+        cl->pk = calloc(1, sizeof *cl->pk);
+        if (!cl->pk) {
+            s = tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory");
+            goto fail;
+        }
+        atomic_init(&cl->pk->refs, 1);
+        cl->pk->cfg = cl->cfg;
+        cl->pk->src = w->w;
+        cl->packed_here = 1;
+        s = tj_plan_build(l, cl->cfg.vec, &cl->pk->plan, err);
+        if (s != TJ_OK) goto fail;
+    }
 
     double t0 = tj_now();
     s = compile_layer(jit, l, cl, prefix, err);
     cl->compile_seconds = tj_now() - t0 - cl->emit_seconds;
     if (s != TJ_OK) goto fail;
-    t0 = tj_now();
-    s = pack(cl, w, err);
-    cl->pack_seconds = tj_now() - t0;
+    if (cl->packed_here) {
+        t0 = tj_now();
+        s = pack(cl->pk, l, w, cl->info.bk_elems, err);
+        cl->pack_seconds = tj_now() - t0;
+    } else if (cl->pk->bk_elems != cl->info.bk_elems) { /* the same vec gives the same bias padding */
+        s = tj_fail(err, TJ_ERR_INTERNAL, "layer '%s': shared packing has %lld bias slots, the kernel wants %lld", l->name,
+                    (long long)cl->pk->bk_elems, (long long)cl->info.bk_elems);
+    }
     if (s != TJ_OK) goto fail;
     *out = cl;
     return TJ_OK;
@@ -256,14 +302,14 @@ static void run_item(void *vp, int64_t i)
     int64_t slot = a->cl->cfg.order ? spread_slot(i % ntiles, ntiles) : i / a->nchunks,
             c = a->cl->cfg.order ? i / ntiles : i % a->nchunks;
     int64_t m0 = c * a->chunk, m1 = m0 + a->chunk < a->m ? m0 + a->chunk : a->m;
-    a->cl->item(a->x, a->y, a->cl->wp, a->cl->bk, slot, m0, m1);
+    a->cl->item(a->x, a->y, a->cl->pk->wp, a->cl->pk->bk, slot, m0, m1);
 }
 
 static void run_post(void *vp, int64_t i)
 {
     const run_args *a = vp;
     int64_t m0 = i * a->chunk, m1 = m0 + a->chunk < a->m ? m0 + a->chunk : a->m;
-    a->cl->post(a->x, a->y, a->cl->ewv, a->cl->bias, m0, m1);
+    a->cl->post(a->x, a->y, a->cl->pk->ewv, a->cl->pk->bias, m0, m1);
 }
 
 void tj_cpu_layer_run(const tj_cpu_layer *cl, tj_pool *pool, int threads, const void *x, int64_t m, void *y)
@@ -403,7 +449,8 @@ static tj_status cpu_load(tj_model *m, tj_error *err)
     tj_cpu_jit_set_cache(cm->jit, cache);
     double emit = 0, compile = 0, packing = 0, t0 = tj_now();
     int64_t hits = 0;
-    int64_t nvars = 0;
+    int64_t nvars = 0, packings = 0;
+    double packed_bytes = 0;
     for (int64_t i = 0; i < n; i++) {
         const tj_layer *l = &m->pattern->layers[i];
         cpu_layer_set *ls = &cm->layers[i];
@@ -430,12 +477,16 @@ static tj_status cpu_load(tj_model *m, tj_error *err)
             cm->nlayers = i + 1;
             char prefix[32];
             snprintf(prefix, sizeof prefix, "tjl%lld_%d", (long long)i, v);
-            TJ_TRY(tj_cpu_layer_build(cm->jit, l, &m->lw[i], &cfg, prefix, &ls->var[v], err));
+            TJ_TRY(tj_cpu_layer_build_shared(cm->jit, l, &m->lw[i], &cfg, prefix, ls->var, v, &ls->var[v], err));
             nvars++;
             emit += ls->var[v]->emit_seconds;
             compile += ls->var[v]->compile_seconds;
             hits += ls->var[v]->from_cache;
             packing += ls->var[v]->pack_seconds;
+            if (ls->var[v]->packed_here) {
+                packings++;
+                packed_bytes += (double)ls->var[v]->pk->wp_bytes;
+            }
         }
         if (ls->nvar > 1) {
             char buf[2048];
@@ -452,9 +503,9 @@ static tj_status cpu_load(tj_model *m, tj_error *err)
     }
     tj_context_note(m->ctx,
                     "cpu: %lld layers (%lld kernels) for %s in %.3f s: emit %.3f s, optimise+JIT %.3f s (%lld from the "
-                    "kernel cache), packing weights %.3f s",
+                    "kernel cache), packing weights %.3f s (packed layouts %lld, %.1f MB)",
                     (long long)n, (long long)nvars, tj_host_cpu_name(), tj_now() - t0, emit, compile, (long long)hits,
-                    packing);
+                    packing, (long long)packings, packed_bytes / 1e6);
     return TJ_OK;
 }
 

@@ -339,6 +339,96 @@ static void test_public_api(void)
     free_layer(&d[1]);
 }
 
+/* ---- 7. per-M variants share one packing when their layouts agree: configs that differ only in
+ * code (mr, unroll, mb, kc, serial, order, pack, offsets) take the first peer's packed weights;
+ * another nr, vec or stored type packs its own. Every variant matches the reference, a sharer
+ * gives the same bits as the same config packed alone, and outlives the peer it shares with. */
+static void test_shared_packing(tj_cpu_jit *jit, tj_pool *pool)
+{
+    wcase c = {"shared", 320, 200, 64, 0.75, 2, 0.02, 0, TJ_ACT_GELU, TJ_F32, 1};
+    layer_data d;
+    if (!make_layer(&c, 61, &d)) { CHECK(0); return; }
+    int host = tj_cpu_host_vec();
+    tj_cpu_config base = tj_cpu_config_default();
+    base.vec = host;
+    tj_cpu_config same[6], other[3];
+    for (int i = 0; i < 6; i++) same[i] = base;
+    same[0].mr = base.mr > 2 ? base.mr - 2 : base.mr + 1;
+    same[0].unroll = 1;
+    same[1].mb = 24;
+    same[1].kc = 5;
+    same[2].serial = -1;
+    same[2].order = 1;
+    same[3].pack = 2;
+    same[4].offsets = TJ_CPU_OFFSETS_UNROLLED;
+    same[4].unroll = 8;
+    same[5].weights = TJ_CPU_WEIGHTS_F32; /* what auto resolves to for fp32 weights */
+    other[0] = base;
+    other[0].nr = base.nr == 2 * host ? 3 * host : 2 * host;
+    other[0].mr = 2;
+    other[1] = base;
+    other[1].weights = TJ_CPU_WEIGHTS_BF16;
+    int nother = 2;
+    if (host >= 8) { /* a narrower vector: another plan padding */
+        other[2] = base;
+        other[2].vec = 4;
+        other[2].mr = 4;
+        other[2].nr = 8;
+        nother = 3;
+    }
+    tj_error err;
+    tj_cpu_layer *peers[1 + 6 + 3] = {NULL};
+    int np = 0;
+    CHECK_OK(tj_cpu_layer_build_shared(jit, &d.l, &d.lw, &base, "sh0", peers, 0, &peers[np], &err), &err);
+    if (!peers[0]) { free_layer(&d); return; }
+    CHECK(peers[0]->packed_here == 1);
+    np++;
+    char pre[32], buf[200];
+    for (int i = 0; i < 6; i++, np++) {
+        snprintf(pre, sizeof pre, "sh%d", np);
+        CHECK_OK(tj_cpu_layer_build_shared(jit, &d.l, &d.lw, &same[i], pre, peers, np, &peers[np], &err), &err);
+        CHECKF(peers[np] && peers[np]->pk == peers[0]->pk && !peers[np]->packed_here, "config %s packed its own copy",
+               cfg_str(&same[i], buf, sizeof buf));
+    }
+    for (int i = 0; i < nother; i++, np++) {
+        snprintf(pre, sizeof pre, "sh%d", np);
+        CHECK_OK(tj_cpu_layer_build_shared(jit, &d.l, &d.lw, &other[i], pre, peers, np, &peers[np], &err), &err);
+        CHECKF(peers[np] && peers[np]->pk != peers[0]->pk && peers[np]->packed_here, "config %s shared another layout",
+               cfg_str(&other[i], buf, sizeof buf));
+    }
+    CHECK(atomic_load(&peers[0]->pk->refs) == 7);
+    for (int i = 0; i < np; i++) {
+        if (!peers[i]) continue;
+        double tol = peers[i]->cfg.weights == TJ_CPU_WEIGHTS_BF16 ? 1e-2 : TOL; /* fp32 weights rounded to bf16 */
+        for (int64_t m = 1; m <= 100; m += 33) {
+            double e = run_one(peers[i], pool, &d, m, 0, 300 + (uint64_t)m, NULL);
+            CHECKF(e <= tol, "variant %d %s M=%lld: relerr %g", i, cfg_str(&peers[i]->cfg, buf, sizeof buf), (long long)m, e);
+        }
+    }
+    /* the same config packed alone gives the same bits */
+    tj_cpu_layer *alone = build(jit, &d, &same[1], "shalone");
+    float *y1 = NULL, *y2 = NULL;
+    if (alone && peers[2]) {
+        CHECK(alone->pk != peers[2]->pk && alone->packed_here);
+        run_one(alone, pool, &d, 57, 0, 9, &y1);
+        run_one(peers[2], pool, &d, 57, 0, 9, &y2);
+        CHECK(y1 && y2 && memcmp(y1, y2, (size_t)(57 * c.n) * sizeof *y1) == 0);
+    }
+    free(y1);
+    free(y2);
+    tj_cpu_layer_free(alone);
+    /* the first owner goes first: the sharers keep the packing */
+    tj_cpu_layer_free(peers[0]);
+    peers[0] = NULL;
+    if (peers[3]) {
+        CHECK(atomic_load(&peers[3]->pk->refs) == 6);
+        double e = run_one(peers[3], pool, &d, 29, 0, 41, NULL);
+        CHECKF(e <= TOL, "sharer after its owner was freed: relerr %g", e);
+    }
+    for (int i = 0; i < np; i++) tj_cpu_layer_free(peers[i]);
+    free_layer(&d);
+}
+
 /* ---- 6. config JSON round trip, determinism of the IR text, errors */
 static void test_config_and_ir(void)
 {
@@ -404,6 +494,7 @@ int main(void)
     test_threads_identical(jit, pool);
     test_concurrent(jit, pool);
     test_public_api();
+    test_shared_packing(jit, pool);
     tj_pool_destroy(pool);
     tj_cpu_jit_destroy(jit);
     return tj_test_end();
