@@ -1,6 +1,8 @@
 /* Backend `cpu`: plan → emit LLVM IR (gen/emit_llvm.c) → optimise for the host → ORC LLJIT →
  * dispatch work items (tile × token block) on the context's thread pool, then the ew/pruned
  * pass. One JIT per model; every layer is compiled at load. */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -326,6 +328,82 @@ void tj_cpu_layer_run(const tj_cpu_layer *cl, tj_pool *pool, int threads, const 
     }
 }
 
+/* ---------------------------------------------------------------- per-thread scratch */
+
+/* A bf16 layer behind the fp32 host interface rounds x into, and widens y out of, a buffer of
+ * the calling thread: grown as needed and kept across calls (no allocation per call once it is
+ * large enough), freed when the thread exits (the key's destructor), when the thread destroys a
+ * context (tj_cpu_context_release) and, for the calling thread, when the library is unloaded.
+ * Pool workers never touch it: the caller waits for them. */
+typedef struct scratch {
+    void *p;
+    size_t cap;
+} scratch;
+
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+static atomic_int scratch_state; /* 0: not yet, 1: the key works, 2: no key (failed or unloaded) */
+
+static void scratch_destroy(void *vp)
+{
+    scratch *sc = vp;
+    if (!sc) return;
+    free(sc->p);
+    free(sc);
+}
+
+static void scratch_init(void) { atomic_store(&scratch_state, pthread_key_create(&scratch_key, scratch_destroy) == 0 ? 1 : 2); }
+
+/* The library is going away: the key's destructor must not outlive its code (dlclose). Other
+ * threads' buffers are left to the process. */
+__attribute__((destructor)) static void scratch_unload(void)
+{
+    if (atomic_load(&scratch_state) != 1) return;
+    tj_cpu_thread_scratch_release();
+    atomic_store(&scratch_state, 2);
+    pthread_key_delete(scratch_key);
+}
+
+/* n bytes of the calling thread's scratch, 64-byte aligned; without a usable key a fresh buffer
+ * the caller frees (*own). NULL when out of memory. */
+static void *scratch_get(size_t n, void **own)
+{
+    *own = NULL;
+    pthread_once(&scratch_once, scratch_init);
+    if (atomic_load(&scratch_state) != 1) return *own = aligned_alloc(64, (n + 63) & ~(size_t)63);
+    scratch *sc = pthread_getspecific(scratch_key);
+    if (sc && sc->cap >= n) return sc->p;
+    if (!sc) {
+        if (!(sc = calloc(1, sizeof *sc))) return NULL;
+        if (pthread_setspecific(scratch_key, sc) != 0) {
+            free(sc);
+            return NULL;
+        }
+    }
+    size_t cap = sc->cap + sc->cap / 2 > n ? sc->cap + sc->cap / 2 : n; /* M often grows in steps */
+    cap = (cap + 63) & ~(size_t)63;
+    free(sc->p);
+    sc->p = aligned_alloc(64, cap);
+    sc->cap = sc->p ? cap : 0;
+    return sc->p;
+}
+
+size_t tj_cpu_thread_scratch_bytes(void)
+{
+    if (atomic_load(&scratch_state) != 1) return 0;
+    const scratch *sc = pthread_getspecific(scratch_key);
+    return sc ? sc->cap : 0;
+}
+
+void tj_cpu_thread_scratch_release(void)
+{
+    if (atomic_load(&scratch_state) != 1) return;
+    scratch *sc = pthread_getspecific(scratch_key);
+    if (!sc) return;
+    pthread_setspecific(scratch_key, NULL);
+    scratch_destroy(sc);
+}
+
 /* ---------------------------------------------------------------- context state and ops */
 
 typedef struct cpu_ctx {
@@ -356,6 +434,7 @@ tj_status tj_cpu_context_pool(tj_context *c, tj_pool **out, tj_error *err)
 
 void tj_cpu_context_release(tj_context *c)
 {
+    tj_cpu_thread_scratch_release();
     if (!c || !c->cpu) return;
     cpu_ctx *cc = c->cpu;
     tj_pool_destroy(cc->pool);
@@ -520,20 +599,18 @@ static tj_status cpu_linear(tj_model *m, int64_t layer, const tj_linear_args *a,
         tj_cpu_layer_run(cl, cm->pool, 0, a->x32, a->m, a->y32);
         return TJ_OK;
     }
-    /* a bf16 kernel behind the fp32 host interface: round x once, widen y back */
-    int64_t nx = a->m * cl->l->k, ny = a->m * cl->l->n;
-    uint16_t *xb = cl->cfg.dtype ? malloc((size_t)nx * 2 + 2) : NULL;
-    uint16_t *yb = cl->cfg.out ? malloc((size_t)ny * 2 + 2) : NULL;
-    if ((cl->cfg.dtype && !xb) || (cl->cfg.out && !yb)) {
-        free(xb);
-        free(yb);
-        return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory");
-    }
-    if (xb) tj_convert_from_f32(a->x32, nx, TJ_BF16, xb);
+    /* a bf16 kernel behind the fp32 host interface: round x once, widen y back, in the calling
+     * thread's scratch */
+    size_t nx = (size_t)(a->m * cl->l->k), ny = (size_t)(a->m * cl->l->n);
+    size_t xbytes = cl->cfg.dtype ? (nx * 2 + 2 + 63) & ~(size_t)63 : 0, ybytes = cl->cfg.out ? ny * 2 + 2 : 0;
+    void *own;
+    char *buf = scratch_get(xbytes + ybytes, &own);
+    if (!buf) return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory");
+    uint16_t *xb = cl->cfg.dtype ? (uint16_t *)buf : NULL, *yb = cl->cfg.out ? (uint16_t *)(buf + xbytes) : NULL;
+    if (xb) tj_convert_from_f32(a->x32, (int64_t)nx, TJ_BF16, xb);
     tj_cpu_layer_run(cl, cm->pool, 0, xb ? (const void *)xb : a->x32, a->m, yb ? (void *)yb : a->y32);
-    if (yb) tj_convert_to_f32(yb, TJ_BF16, ny, a->y32);
-    free(xb);
-    free(yb);
+    if (yb) tj_convert_to_f32(yb, TJ_BF16, (int64_t)ny, a->y32);
+    free(own);
     return TJ_OK;
 }
 

@@ -82,8 +82,13 @@ void tj_cpu_layer_run(const tj_cpu_layer *cl, tj_pool *pool, int threads, const 
 
 /* The context's pool, created on first use under c->lock (opt.threads, 0: all cores). */
 tj_status tj_cpu_context_pool(tj_context *c, tj_pool **out, tj_error *err);
-/* Frees the context's CPU state; tj_context_destroy calls it. */
+/* Frees the context's CPU state and the calling thread's scratch; tj_context_destroy calls it. */
 void tj_cpu_context_release(tj_context *c);
+/* The calling thread's scratch for bf16 layers behind the fp32 interface (x rounded to bf16, y
+ * widened back): its size in bytes (0: none), and freeing it now (it is also freed at thread
+ * exit). */
+size_t tj_cpu_thread_scratch_bytes(void);
+void tj_cpu_thread_scratch_release(void);
 /* Online cores. */
 int tj_cpu_count(void);
 
