@@ -38,6 +38,7 @@ typedef struct tj_tune_host {
     int regs_max;       /* CUDA: registers per thread */
     int64_t g;          /* the layer's tile width (CUDA: BN ≤ g, g % BN == 0) */
     int64_t kept_rows;  /* Σ over tiles of kept rows: the code size of unrolled offsets (0: unknown) */
+    int64_t kept;       /* CPU: kept weights, tj_layer_kept (0: unknown), for the serial axis */
     int64_t min_m;      /* CPU: the smallest batch size tuned (0: unknown), for the serial axis */
     int act_bf16;       /* CPU: the activations are bf16 (dtype bf16 configs join the space) */
 } tj_tune_host;

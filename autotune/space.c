@@ -10,12 +10,10 @@
 
 #include "autotune/autotune.h"
 #include "tj_config.h"
+#include "gen/cpu_serial.h"
 #include "gen/emit_cuda.h"
 #if TJ_HAVE_LLVM
 #include "gen/emit_llvm.h"
-#define CPU_SERIAL_KFLOP TJ_CPU_SERIAL_KFLOP
-#else
-#define CPU_SERIAL_KFLOP 128 /* gen/emit_llvm.h's TJ_CPU_SERIAL_KFLOP, for builds without LLVM */
 #endif
 
 /* ---- CPU (gen/emit_llvm.h: mr, nr, offsets, unroll, mb, kc; vec resolved to the host's) --- */
@@ -112,6 +110,7 @@ void tj_tune_host_for(const char *backend, const char *arch, const tj_layer *l, 
     memset(out, 0, sizeof *out);
     out->g = l ? l->g : 128;
     out->kept_rows = l && l->tile_ptr ? l->tile_ptr[l->ntiles] : 0;
+    out->kept = l && l->tile_ptr ? tj_layer_kept(l) : 0;
     if (backend && strcmp(backend, "cuda") == 0) {
         int sm = 90;
         if (arch && sscanf(arch, "sm_%d", &sm) != 1) sm = 90;
@@ -140,8 +139,7 @@ const char *tj_tune_space_why_invalid(const char *backend, const tj_tune_host *h
             return snprintf(why, sizeof why, "mr %d x nr %d needs %d vector registers of %d", mr, nr, mr * nv + nv + 1,
                             regs), why;
         /* always parallel differs from the built-in only where some tuned M runs serially */
-        if (ival(axes, p, CPU_SERIAL) < 0 &&
-            (h->min_m <= 0 || 2.0 * (double)h->min_m * (double)h->kept_rows * (double)h->g >= 1000.0 * CPU_SERIAL_KFLOP))
+        if (ival(axes, p, CPU_SERIAL) < 0 && (h->min_m <= 0 || !tj_cpu_serial_call(0, h->min_m, h->kept)))
             return "serial -1: no tuned M is under the built-in serial threshold";
         if (strcmp(sval(axes, p, CPU_DTYPE), "bf16") == 0) {
             if (!h->act_bf16) return "dtype bf16: the activations are fp32 (tune with bf16 activations to search it)";

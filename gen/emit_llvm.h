@@ -8,6 +8,7 @@
 
 #include "pattern/pattern.h"
 #include "gen/plan.h"
+#include "gen/cpu_serial.h"
 
 /* How kept-row offsets reach the inner loop. */
 typedef enum tj_cpu_offsets {
@@ -32,7 +33,7 @@ typedef enum tj_cpu_offsets {
  * vec: vector width in floats (0: the host's widest, 16 AVX-512, 8 AVX2, 1 scalar);
  * serial: below this many kFLOP of kept work per call (2 · M · kept weights / 1000) the layer
  *   runs on the calling thread alone, so waking workers never costs more than it gains
- *   (0: the built-in TJ_CPU_SERIAL_KFLOP; -1: always parallel);
+ *   (0: the built-in TJ_CPU_SERIAL_KFLOP; -1: always parallel; the rule: gen/cpu_serial.h);
  * weights: how the packed weights are stored and loaded: "f32", or "bf16" (half the bytes per
  *   kept weight; each vector load widened to fp32 in registers, fp32 accumulation: exact for
  *   bf16 checkpoints, bf16 rounding for fp32 ones); "auto" (the default): bf16 when the layer's
@@ -64,10 +65,6 @@ typedef struct tj_cpu_config {
 enum { TJ_CPU_WEIGHTS_AUTO = 0, TJ_CPU_WEIGHTS_F32 = 1, TJ_CPU_WEIGHTS_BF16 = 2 };
 enum { TJ_CPU_ACT_F32 = 0, TJ_CPU_ACT_BF16 = 1 };
 enum { TJ_CPU_DOT_AUTO = 0, TJ_CPU_DOT_FMA = 1, TJ_CPU_DOT_DPBF16 = 2 };
-
-/* Waking a pool worker and joining it costs a few µs; work under about 2 µs of one core's
- * FMA rate is cheaper on one thread. */
-#define TJ_CPU_SERIAL_KFLOP 128
 
 /* Identifies this emitter build for object-cache keys: the generator's version and the build
  * time of emit_llvm.c, so a rebuilt emitter never reuses objects of an older one. Borrowed. */

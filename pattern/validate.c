@@ -114,20 +114,44 @@ static uint64_t mix(uint64_t h, const void *data, size_t len)
     return h;
 }
 
+/* The tj_layer this walk was written against: a field added to tj_layer fails the build here
+ * until it is walked below (when code depends on it) and added to the mirror. */
+struct layer_seen {
+    char *name;
+    int64_t n, k, g, ncols, *cols, ntiles, *tile_ptr;
+    int32_t *tile_rows;
+    int64_t *ew_indptr;
+    int32_t *ew_indices;
+    int64_t ew_nnz;
+    tj_activation act;
+    uint64_t hash;
+};
+_Static_assert(sizeof(tj_layer) == sizeof(struct layer_seen), "tj_layer changed: does tj_layer_fields need the new field?");
+
+void tj_layer_fields(const tj_layer *l, void (*add)(void *ctx, const void *data, size_t len), void *ctx)
+{
+    int64_t head[6] = {l->n, l->k, l->g, l->ncols, l->ntiles, (int64_t)l->act};
+    add(ctx, head, sizeof head);
+    add(ctx, l->cols, l->cols ? (size_t)l->ncols * sizeof *l->cols : 0);
+    add(ctx, l->tile_ptr, (size_t)(l->ntiles + 1) * sizeof *l->tile_ptr);
+    add(ctx, l->tile_rows, (size_t)l->tile_ptr[l->ntiles] * sizeof *l->tile_rows);
+    int64_t ew = l->ew_indptr ? l->ew_nnz : -1;
+    add(ctx, &ew, sizeof ew);
+    add(ctx, l->ew_indptr, l->ew_indptr ? (size_t)(l->n + 1) * sizeof *l->ew_indptr : 0);
+    add(ctx, l->ew_indices, l->ew_indptr ? (size_t)l->ew_nnz * sizeof *l->ew_indices : 0);
+}
+
+/* FNV-1a over the chunks' bytes (an empty chunk leaves h as it is) */
+static void hash_add(void *ctx, const void *data, size_t len)
+{
+    uint64_t *h = ctx;
+    *h = mix(*h, data, len);
+}
+
 uint64_t tj_layer_hash(const tj_layer *l)
 {
     uint64_t h = 1469598103934665603ull;
-    int64_t head[6] = {l->n, l->k, l->g, l->ncols, l->ntiles, (int64_t)l->act};
-    h = mix(h, head, sizeof head);
-    if (l->cols) h = mix(h, l->cols, (size_t)l->ncols * sizeof *l->cols);
-    h = mix(h, l->tile_ptr, (size_t)(l->ntiles + 1) * sizeof *l->tile_ptr);
-    h = mix(h, l->tile_rows, (size_t)l->tile_ptr[l->ntiles] * sizeof *l->tile_rows);
-    int64_t ew = l->ew_indptr ? l->ew_nnz : -1;
-    h = mix(h, &ew, sizeof ew);
-    if (l->ew_indptr) {
-        h = mix(h, l->ew_indptr, (size_t)(l->n + 1) * sizeof *l->ew_indptr);
-        h = mix(h, l->ew_indices, (size_t)l->ew_nnz * sizeof *l->ew_indices);
-    }
+    tj_layer_fields(l, hash_add, &h);
     return h;
 }
 

@@ -1,6 +1,8 @@
 /* Backend `cpu`: plan → emit LLVM IR (gen/emit_llvm.c) → optimise for the host → ORC LLJIT →
  * dispatch work items (tile × token block) on the context's thread pool, then the ew/pruned
  * pass. One JIT per model; every layer is compiled at load. */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +15,7 @@
 #include "jit/cpu_jit.h"
 #include "tuning/tuning.h"
 #include "base/host.h"
+#include "pattern/pattern.h"
 
 /* TILEJIT_DUMP_DIR: every emitted module as DIR/<prefix>.ll (before optimisation), with the
  * config and pass pipeline in a header comment. Best effort: a dump failure never fails a load. */
@@ -39,18 +42,16 @@ static void dump_ir(LLVMModuleRef m, const tj_layer *l, const tj_cpu_config *cfg
 #define OBJ_MAGIC "TJCO"
 #define OBJ_FORMAT 1u
 
-static void layer_key(tj_cache_key *k, const tj_layer *l, const tj_cpu_config *cfg, const char *prefix)
+static void key_add(void *ctx, const void *data, size_t len) { tj_cache_key_add(ctx, data, len); }
+
+void tj_cpu_layer_key(tj_cache_key *k, const tj_layer *l, const tj_cpu_config *cfg, const char *prefix)
 {
     tj_cache_key_begin(k);
     tj_cache_key_add_str(k, "tilejit cpu object");
     tj_cache_key_add_str(k, tj_cpu_gen_id());
-    int64_t head[6] = {l->n, l->k, l->g, l->ncols, l->ntiles, (int64_t)l->act};
-    tj_cache_key_add(k, head, sizeof head);
-    tj_cache_key_add(k, l->cols, l->cols ? (size_t)l->ncols * sizeof *l->cols : 0);
-    tj_cache_key_add(k, l->tile_ptr, (size_t)(l->ntiles + 1) * sizeof *l->tile_ptr);
-    tj_cache_key_add(k, l->tile_rows, (size_t)l->tile_ptr[l->ntiles] * sizeof *l->tile_rows);
-    tj_cache_key_add(k, l->ew_indptr, l->ew_indptr ? (size_t)(l->n + 1) * sizeof *l->ew_indptr : 0);
-    tj_cache_key_add(k, l->ew_indices, l->ew_indptr ? (size_t)l->ew_nnz * sizeof *l->ew_indices : 0);
+    /* the pattern: the fields tj_layer_hash covers, each chunk length-prefixed (so the key stays
+     * collision-safe where the 64-bit hash is not) */
+    tj_layer_fields(l, key_add, k);
     char *cj = tj_cpu_config_to_json(cfg);
     tj_cache_key_add_str(k, cj ? cj : "?");
     free(cj);
@@ -108,7 +109,7 @@ static tj_status compile_layer(tj_cpu_jit *jit, const tj_layer *l, tj_cpu_layer 
     char pfx[64];
     snprintf(pfx, sizeof pfx, "%s", prefix);
     if (cache && tj_cache_mode(cache) > 0) {
-        layer_key(&key, l, &cl->cfg, pfx);
+        tj_cpu_layer_key(&key, l, &cl->cfg, pfx);
         int r = load_cached(jit, cache, &key, cl, err);
         if (r < 0) return err->status;
         if (r == 1) {
@@ -119,13 +120,13 @@ static tj_status compile_layer(tj_cpu_jit *jit, const tj_layer *l, tj_cpu_layer 
          * fresh names (a new key too) */
         if (r == 2) {
             snprintf(pfx, sizeof pfx, "%s_r", prefix);
-            layer_key(&key, l, &cl->cfg, pfx);
+            tj_cpu_layer_key(&key, l, &cl->cfg, pfx);
         }
     }
     double t0 = tj_now();
     LLVMOrcThreadSafeContextRef tsc = LLVMOrcCreateNewThreadSafeContext();
     LLVMModuleRef mod = NULL;
-    tj_status s = tj_cpu_emit_module(LLVMOrcThreadSafeContextGetContext(tsc), l, &cl->plan, &cl->cfg, pfx, &mod, &cl->info, err);
+    tj_status s = tj_cpu_emit_module(LLVMOrcThreadSafeContextGetContext(tsc), l, &cl->pk->plan, &cl->cfg, pfx, &mod, &cl->info, err);
     cl->emit_seconds = tj_now() - t0;
     void *obj = NULL;
     size_t len = 0;
@@ -162,43 +163,67 @@ int tj_cpu_count(void)
     return n > 0 ? (int)n : 1;
 }
 
+int tj_cpu_layout_same(const tj_cpu_config *a, const tj_cpu_config *b)
+{
+    /* exactly what tj_plan_build (pad) and tj_cpu_pack_weights read */
+    return a->vec == b->vec && a->nr == b->nr && a->weights == b->weights &&
+           (a->dot == TJ_CPU_DOT_DPBF16) == (b->dot == TJ_CPU_DOT_DPBF16);
+}
+
+static void packed_release(tj_cpu_packed *pk)
+{
+    if (!pk || atomic_fetch_sub(&pk->refs, 1) != 1) return;
+    tj_plan_free(&pk->plan);
+    free(pk->wp);
+    free(pk->bk);
+    free(pk->bias);
+    free(pk->ewv);
+    free(pk);
+}
+
 void tj_cpu_layer_free(tj_cpu_layer *cl)
 {
     if (!cl) return;
-    tj_plan_free(&cl->plan);
-    free(cl->wp);
-    free(cl->bk);
-    free(cl->bias);
-    free(cl->ewv);
+    packed_release(cl->pk);
     free(cl);
 }
 
-static tj_status pack(tj_cpu_layer *cl, const tj_layer_weights *w, tj_error *err)
+/* Fills pk's buffers (its plan is built) for layer l: the weights in pk->cfg's layout, bias in
+ * kept-column order (bk_elems slots), ew values. */
+static tj_status pack(tj_cpu_packed *pk, const tj_layer *l, const tj_layer_weights *w, int64_t bk_elems, tj_error *err)
 {
-    const tj_layer *l = cl->l;
-    int bf = cl->cfg.weights == TJ_CPU_WEIGHTS_BF16;
+    int bf = pk->cfg.weights == TJ_CPU_WEIGHTS_BF16;
     size_t esz = bf ? 2 : sizeof(float);
-    size_t wbytes = ((size_t)(cl->plan.packed_elems + cl->cfg.vec) * esz + 63) & ~(size_t)63;
-    cl->wp = aligned_alloc(64, wbytes);
-    cl->bk = calloc((size_t)cl->info.bk_elems + 1, sizeof(float));
-    cl->ewv = malloc((size_t)(l->ew_nnz + 1) * sizeof(float));
-    if (w->bias) cl->bias = malloc((size_t)l->n * sizeof(float));
-    if (!cl->wp || !cl->bk || !cl->ewv || (w->bias && !cl->bias))
+    size_t wbytes = ((size_t)(pk->plan.packed_elems + pk->cfg.vec) * esz + 63) & ~(size_t)63;
+    pk->wp = aligned_alloc(64, wbytes);
+    pk->wp_bytes = wbytes;
+    pk->bk = calloc((size_t)bk_elems + 1, sizeof(float));
+    pk->bk_elems = bk_elems;
+    pk->ewv = malloc((size_t)(l->ew_nnz + 1) * sizeof(float));
+    if (w->bias) pk->bias = malloc((size_t)l->n * sizeof(float));
+    if (!pk->wp || !pk->bk || !pk->ewv || (w->bias && !pk->bias))
         return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "layer '%s': out of memory packing weights", l->name);
-    tj_cpu_pack_weights(&cl->plan, &cl->cfg, w->w, w->wdt, cl->wp);
-    memset((char *)cl->wp + (size_t)cl->plan.packed_elems * esz, 0, wbytes - (size_t)cl->plan.packed_elems * esz);
+    tj_cpu_pack_weights(&pk->plan, &pk->cfg, w->w, w->wdt, pk->wp);
+    memset((char *)pk->wp + (size_t)pk->plan.packed_elems * esz, 0, wbytes - (size_t)pk->plan.packed_elems * esz);
     if (w->bias) {
-        tj_convert_to_f32(w->bias, w->bdt, l->n, cl->bias);
-        for (int64_t j = 0; j < l->ncols; j++) cl->bk[j] = cl->bias[tj_layer_col(l, j)];
+        tj_convert_to_f32(w->bias, w->bdt, l->n, pk->bias);
+        for (int64_t j = 0; j < l->ncols; j++) pk->bk[j] = pk->bias[tj_layer_col(l, j)];
     }
     for (int64_t n = 0; n < l->n && l->ew_nnz; n++)
         for (int64_t e = l->ew_indptr[n]; e < l->ew_indptr[n + 1]; e++)
-            cl->ewv[e] = tj_load_f32(w->w, w->wdt, n * l->k + l->ew_indices[e]);
+            pk->ewv[e] = tj_load_f32(w->w, w->wdt, n * l->k + l->ew_indices[e]);
     return TJ_OK;
 }
 
 tj_status tj_cpu_layer_build(tj_cpu_jit *jit, const tj_layer *l, const tj_layer_weights *w, const tj_cpu_config *cfg,
                              const char *prefix, tj_cpu_layer **out, tj_error *err)
+{
+    return tj_cpu_layer_build_shared(jit, l, w, cfg, prefix, NULL, 0, out, err);
+}
+
+tj_status tj_cpu_layer_build_shared(tj_cpu_jit *jit, const tj_layer *l, const tj_layer_weights *w,
+                                    const tj_cpu_config *cfg, const char *prefix, tj_cpu_layer *const *peers,
+                                    int npeers, tj_cpu_layer **out, tj_error *err)
 {
     *out = NULL;
     tj_cpu_layer *cl = calloc(1, sizeof *cl);
@@ -214,16 +239,38 @@ tj_status tj_cpu_layer_build(tj_cpu_jit *jit, const tj_layer *l, const tj_layer_
     if (s == TJ_OK && cl->cfg.dot == TJ_CPU_DOT_DPBF16 && !tj_cpu_host_bf16()) /* LLVM could not select it */
         s = tj_fail(err, TJ_ERR_UNSUPPORTED, "layer '%s': dot dpbf16 needs avx512_bf16, which this CPU (%s) lacks", l->name,
                     tj_host_cpu_name());
-    if (s == TJ_OK) s = tj_plan_build(l, cl->cfg.vec, &cl->plan, err);
     if (s != TJ_OK) goto fail;
+    for (int i = 0; i < npeers && !cl->pk; i++)
+        if (peers[i] && peers[i]->l == l && peers[i]->pk->src == w->w && tj_cpu_layout_same(&peers[i]->cfg, &cl->cfg)) {
+            cl->pk = peers[i]->pk;
+            atomic_fetch_add(&cl->pk->refs, 1);
+        }
+    if (!cl->pk) {
+        cl->pk = calloc(1, sizeof *cl->pk);
+        if (!cl->pk) {
+            s = tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory");
+            goto fail;
+        }
+        atomic_init(&cl->pk->refs, 1);
+        cl->pk->cfg = cl->cfg;
+        cl->pk->src = w->w;
+        cl->packed_here = 1;
+        s = tj_plan_build(l, cl->cfg.vec, &cl->pk->plan, err);
+        if (s != TJ_OK) goto fail;
+    }
 
     double t0 = tj_now();
     s = compile_layer(jit, l, cl, prefix, err);
     cl->compile_seconds = tj_now() - t0 - cl->emit_seconds;
     if (s != TJ_OK) goto fail;
-    t0 = tj_now();
-    s = pack(cl, w, err);
-    cl->pack_seconds = tj_now() - t0;
+    if (cl->packed_here) {
+        t0 = tj_now();
+        s = pack(cl->pk, l, w, cl->info.bk_elems, err);
+        cl->pack_seconds = tj_now() - t0;
+    } else if (cl->pk->bk_elems != cl->info.bk_elems) { /* the same vec gives the same bias padding */
+        s = tj_fail(err, TJ_ERR_INTERNAL, "layer '%s': shared packing has %lld bias slots, the kernel wants %lld", l->name,
+                    (long long)cl->pk->bk_elems, (long long)cl->info.bk_elems);
+    }
     if (s != TJ_OK) goto fail;
     *out = cl;
     return TJ_OK;
@@ -257,22 +304,21 @@ static void run_item(void *vp, int64_t i)
     int64_t slot = a->cl->cfg.order ? spread_slot(i % ntiles, ntiles) : i / a->nchunks,
             c = a->cl->cfg.order ? i / ntiles : i % a->nchunks;
     int64_t m0 = c * a->chunk, m1 = m0 + a->chunk < a->m ? m0 + a->chunk : a->m;
-    a->cl->item(a->x, a->y, a->cl->wp, a->cl->bk, slot, m0, m1);
+    a->cl->item(a->x, a->y, a->cl->pk->wp, a->cl->pk->bk, slot, m0, m1);
 }
 
 static void run_post(void *vp, int64_t i)
 {
     const run_args *a = vp;
     int64_t m0 = i * a->chunk, m1 = m0 + a->chunk < a->m ? m0 + a->chunk : a->m;
-    a->cl->post(a->x, a->y, a->cl->ewv, a->cl->bias, m0, m1);
+    a->cl->post(a->x, a->y, a->cl->pk->ewv, a->cl->pk->bias, m0, m1);
 }
 
 void tj_cpu_layer_run(const tj_cpu_layer *cl, tj_pool *pool, int threads, const void *x, int64_t m, void *y)
 {
     if (m <= 0) return;
     /* small calls on the calling thread alone: never slower on N threads than on 1 */
-    int64_t serial = cl->cfg.serial == 0 ? TJ_CPU_SERIAL_KFLOP : cl->cfg.serial;
-    if (serial > 0 && 2.0 * (double)m * (double)cl->kept < 1000.0 * (double)serial) threads = 1;
+    if (tj_cpu_serial_call(cl->cfg.serial, m, cl->kept)) threads = 1;
     run_args a = {cl, x, y, m, 0, cl->mb};
     a.nchunks = (m + a.chunk - 1) / a.chunk;
     tj_pool_run(pool, threads, cl->l->ntiles * a.nchunks, run_item, &a);
@@ -280,6 +326,82 @@ void tj_cpu_layer_run(const tj_cpu_layer *cl, tj_pool *pool, int threads, const 
         a.chunk = 16;
         tj_pool_run(pool, threads, (m + a.chunk - 1) / a.chunk, run_post, &a);
     }
+}
+
+/* ---------------------------------------------------------------- per-thread scratch */
+
+/* A bf16 layer behind the fp32 host interface rounds x into, and widens y out of, a buffer of
+ * the calling thread: grown as needed and kept across calls (no allocation per call once it is
+ * large enough), freed when the thread exits (the key's destructor), when the thread destroys a
+ * context (tj_cpu_context_release) and, for the calling thread, when the library is unloaded.
+ * Pool workers never touch it: the caller waits for them. */
+typedef struct scratch {
+    void *p;
+    size_t cap;
+} scratch;
+
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+static atomic_int scratch_state; /* 0: not yet, 1: the key works, 2: no key (failed or unloaded) */
+
+static void scratch_destroy(void *vp)
+{
+    scratch *sc = vp;
+    if (!sc) return;
+    free(sc->p);
+    free(sc);
+}
+
+static void scratch_init(void) { atomic_store(&scratch_state, pthread_key_create(&scratch_key, scratch_destroy) == 0 ? 1 : 2); }
+
+/* The library is going away: the key's destructor must not outlive its code (dlclose). Other
+ * threads' buffers are left to the process. */
+__attribute__((destructor)) static void scratch_unload(void)
+{
+    if (atomic_load(&scratch_state) != 1) return;
+    tj_cpu_thread_scratch_release();
+    atomic_store(&scratch_state, 2);
+    pthread_key_delete(scratch_key);
+}
+
+/* n bytes of the calling thread's scratch, 64-byte aligned; without a usable key a fresh buffer
+ * the caller frees (*own). NULL when out of memory. */
+static void *scratch_get(size_t n, void **own)
+{
+    *own = NULL;
+    pthread_once(&scratch_once, scratch_init);
+    if (atomic_load(&scratch_state) != 1) return *own = aligned_alloc(64, (n + 63) & ~(size_t)63);
+    scratch *sc = pthread_getspecific(scratch_key);
+    if (sc && sc->cap >= n) return sc->p;
+    if (!sc) {
+        if (!(sc = calloc(1, sizeof *sc))) return NULL;
+        if (pthread_setspecific(scratch_key, sc) != 0) {
+            free(sc);
+            return NULL;
+        }
+    }
+    size_t cap = sc->cap + sc->cap / 2 > n ? sc->cap + sc->cap / 2 : n; /* M often grows in steps */
+    cap = (cap + 63) & ~(size_t)63;
+    free(sc->p);
+    sc->p = aligned_alloc(64, cap);
+    sc->cap = sc->p ? cap : 0;
+    return sc->p;
+}
+
+size_t tj_cpu_thread_scratch_bytes(void)
+{
+    if (atomic_load(&scratch_state) != 1) return 0;
+    const scratch *sc = pthread_getspecific(scratch_key);
+    return sc ? sc->cap : 0;
+}
+
+void tj_cpu_thread_scratch_release(void)
+{
+    if (atomic_load(&scratch_state) != 1) return;
+    scratch *sc = pthread_getspecific(scratch_key);
+    if (!sc) return;
+    pthread_setspecific(scratch_key, NULL);
+    scratch_destroy(sc);
 }
 
 /* ---------------------------------------------------------------- context state and ops */
@@ -312,6 +434,7 @@ tj_status tj_cpu_context_pool(tj_context *c, tj_pool **out, tj_error *err)
 
 void tj_cpu_context_release(tj_context *c)
 {
+    tj_cpu_thread_scratch_release();
     if (!c || !c->cpu) return;
     cpu_ctx *cc = c->cpu;
     tj_pool_destroy(cc->pool);
@@ -392,7 +515,8 @@ static tj_status cpu_load(tj_model *m, tj_error *err)
     tj_cpu_jit_set_cache(cm->jit, cache);
     double emit = 0, compile = 0, packing = 0, t0 = tj_now();
     int64_t hits = 0;
-    int64_t nvars = 0;
+    int64_t nvars = 0, packings = 0;
+    double packed_bytes = 0;
     for (int64_t i = 0; i < n; i++) {
         const tj_layer *l = &m->pattern->layers[i];
         cpu_layer_set *ls = &cm->layers[i];
@@ -419,12 +543,16 @@ static tj_status cpu_load(tj_model *m, tj_error *err)
             cm->nlayers = i + 1;
             char prefix[32];
             snprintf(prefix, sizeof prefix, "tjl%lld_%d", (long long)i, v);
-            TJ_TRY(tj_cpu_layer_build(cm->jit, l, &m->lw[i], &cfg, prefix, &ls->var[v], err));
+            TJ_TRY(tj_cpu_layer_build_shared(cm->jit, l, &m->lw[i], &cfg, prefix, ls->var, v, &ls->var[v], err));
             nvars++;
             emit += ls->var[v]->emit_seconds;
             compile += ls->var[v]->compile_seconds;
             hits += ls->var[v]->from_cache;
             packing += ls->var[v]->pack_seconds;
+            if (ls->var[v]->packed_here) {
+                packings++;
+                packed_bytes += (double)ls->var[v]->pk->wp_bytes;
+            }
         }
         if (ls->nvar > 1) {
             char buf[2048];
@@ -441,9 +569,9 @@ static tj_status cpu_load(tj_model *m, tj_error *err)
     }
     tj_context_note(m->ctx,
                     "cpu: %lld layers (%lld kernels) for %s in %.3f s: emit %.3f s, optimise+JIT %.3f s (%lld from the "
-                    "kernel cache), packing weights %.3f s",
+                    "kernel cache), packing weights %.3f s (packed layouts %lld, %.1f MB)",
                     (long long)n, (long long)nvars, tj_host_cpu_name(), tj_now() - t0, emit, compile, (long long)hits,
-                    packing);
+                    packing, (long long)packings, packed_bytes / 1e6);
     return TJ_OK;
 }
 
@@ -458,20 +586,18 @@ static tj_status cpu_linear(tj_model *m, int64_t layer, const tj_linear_args *a,
         tj_cpu_layer_run(cl, cm->pool, 0, a->x32, a->m, a->y32);
         return TJ_OK;
     }
-    /* a bf16 kernel behind the fp32 host interface: round x once, widen y back */
-    int64_t nx = a->m * cl->l->k, ny = a->m * cl->l->n;
-    uint16_t *xb = cl->cfg.dtype ? malloc((size_t)nx * 2 + 2) : NULL;
-    uint16_t *yb = cl->cfg.out ? malloc((size_t)ny * 2 + 2) : NULL;
-    if ((cl->cfg.dtype && !xb) || (cl->cfg.out && !yb)) {
-        free(xb);
-        free(yb);
-        return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory");
-    }
-    if (xb) tj_convert_from_f32(a->x32, nx, TJ_BF16, xb);
+    /* a bf16 kernel behind the fp32 host interface: round x once, widen y back, in the calling
+     * thread's scratch */
+    size_t nx = (size_t)(a->m * cl->l->k), ny = (size_t)(a->m * cl->l->n);
+    size_t xbytes = cl->cfg.dtype ? (nx * 2 + 2 + 63) & ~(size_t)63 : 0, ybytes = cl->cfg.out ? ny * 2 + 2 : 0;
+    void *own;
+    char *buf = scratch_get(xbytes + ybytes, &own);
+    if (!buf) return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory");
+    uint16_t *xb = cl->cfg.dtype ? (uint16_t *)buf : NULL, *yb = cl->cfg.out ? (uint16_t *)(buf + xbytes) : NULL;
+    if (xb) tj_convert_from_f32(a->x32, (int64_t)nx, TJ_BF16, xb);
     tj_cpu_layer_run(cl, cm->pool, 0, xb ? (const void *)xb : a->x32, a->m, yb ? (void *)yb : a->y32);
-    if (yb) tj_convert_to_f32(yb, TJ_BF16, ny, a->y32);
-    free(xb);
-    free(yb);
+    if (yb) tj_convert_to_f32(yb, TJ_BF16, (int64_t)ny, a->y32);
+    free(own);
     return TJ_OK;
 }
 

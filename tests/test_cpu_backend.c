@@ -339,6 +339,208 @@ static void test_public_api(void)
     free_layer(&d[1]);
 }
 
+/* ---- 7. per-M variants share one packing when their layouts agree: configs that differ only in
+ * code (mr, unroll, mb, kc, serial, order, pack, offsets) take the first peer's packed weights;
+ * another nr, vec or stored type packs its own. Every variant matches the reference, a sharer
+ * gives the same bits as the same config packed alone, and outlives the peer it shares with. */
+static void test_shared_packing(tj_cpu_jit *jit, tj_pool *pool)
+{
+    wcase c = {"shared", 320, 200, 64, 0.75, 2, 0.02, 0, TJ_ACT_GELU, TJ_F32, 1};
+    layer_data d;
+    if (!make_layer(&c, 61, &d)) { CHECK(0); return; }
+    int host = tj_cpu_host_vec();
+    tj_cpu_config base = tj_cpu_config_default();
+    base.vec = host;
+    tj_cpu_config same[6], other[3];
+    for (int i = 0; i < 6; i++) same[i] = base;
+    same[0].mr = base.mr > 2 ? base.mr - 2 : base.mr + 1;
+    same[0].unroll = 1;
+    same[1].mb = 24;
+    same[1].kc = 5;
+    same[2].serial = -1;
+    same[2].order = 1;
+    same[3].pack = 2;
+    same[4].offsets = TJ_CPU_OFFSETS_UNROLLED;
+    same[4].unroll = 8;
+    same[5].weights = TJ_CPU_WEIGHTS_F32; /* what auto resolves to for fp32 weights */
+    other[0] = base;
+    other[0].nr = base.nr == 2 * host ? 3 * host : 2 * host;
+    other[0].mr = 2;
+    other[1] = base;
+    other[1].weights = TJ_CPU_WEIGHTS_BF16;
+    int nother = 2;
+    if (host >= 8) { /* a narrower vector: another plan padding */
+        other[2] = base;
+        other[2].vec = 4;
+        other[2].mr = 4;
+        other[2].nr = 8;
+        nother = 3;
+    }
+    tj_error err;
+    tj_cpu_layer *peers[1 + 6 + 3] = {NULL};
+    int np = 0;
+    CHECK_OK(tj_cpu_layer_build_shared(jit, &d.l, &d.lw, &base, "sh0", peers, 0, &peers[np], &err), &err);
+    if (!peers[0]) { free_layer(&d); return; }
+    CHECK(peers[0]->packed_here == 1);
+    np++;
+    char pre[32], buf[200];
+    for (int i = 0; i < 6; i++, np++) {
+        snprintf(pre, sizeof pre, "sh%d", np);
+        CHECK_OK(tj_cpu_layer_build_shared(jit, &d.l, &d.lw, &same[i], pre, peers, np, &peers[np], &err), &err);
+        CHECKF(peers[np] && peers[np]->pk == peers[0]->pk && !peers[np]->packed_here, "config %s packed its own copy",
+               cfg_str(&same[i], buf, sizeof buf));
+    }
+    for (int i = 0; i < nother; i++, np++) {
+        snprintf(pre, sizeof pre, "sh%d", np);
+        CHECK_OK(tj_cpu_layer_build_shared(jit, &d.l, &d.lw, &other[i], pre, peers, np, &peers[np], &err), &err);
+        CHECKF(peers[np] && peers[np]->pk != peers[0]->pk && peers[np]->packed_here, "config %s shared another layout",
+               cfg_str(&other[i], buf, sizeof buf));
+    }
+    CHECK(atomic_load(&peers[0]->pk->refs) == 7);
+    for (int i = 0; i < np; i++) {
+        if (!peers[i]) continue;
+        double tol = peers[i]->cfg.weights == TJ_CPU_WEIGHTS_BF16 ? 1e-2 : TOL; /* fp32 weights rounded to bf16 */
+        for (int64_t m = 1; m <= 100; m += 33) {
+            double e = run_one(peers[i], pool, &d, m, 0, 300 + (uint64_t)m, NULL);
+            CHECKF(e <= tol, "variant %d %s M=%lld: relerr %g", i, cfg_str(&peers[i]->cfg, buf, sizeof buf), (long long)m, e);
+        }
+    }
+    /* the same config packed alone gives the same bits */
+    tj_cpu_layer *alone = build(jit, &d, &same[1], "shalone");
+    float *y1 = NULL, *y2 = NULL;
+    if (alone && peers[2]) {
+        CHECK(alone->pk != peers[2]->pk && alone->packed_here);
+        run_one(alone, pool, &d, 57, 0, 9, &y1);
+        run_one(peers[2], pool, &d, 57, 0, 9, &y2);
+        CHECK(y1 && y2 && memcmp(y1, y2, (size_t)(57 * c.n) * sizeof *y1) == 0);
+    }
+    free(y1);
+    free(y2);
+    tj_cpu_layer_free(alone);
+    /* the first owner goes first: the sharers keep the packing */
+    tj_cpu_layer_free(peers[0]);
+    peers[0] = NULL;
+    if (peers[3]) {
+        CHECK(atomic_load(&peers[3]->pk->refs) == 6);
+        double e = run_one(peers[3], pool, &d, 29, 0, 41, NULL);
+        CHECKF(e <= TOL, "sharer after its owner was freed: relerr %g", e);
+    }
+    for (int i = 0; i < np; i++) tj_cpu_layer_free(peers[i]);
+    free_layer(&d);
+}
+
+/* ---- 8. a bf16 layer behind tj_linear's fp32 tensors (x rounded, y widened in the calling
+ * thread's scratch): many threads at once, each with M changing every call, against the
+ * reference; each thread's scratch starts empty, holds at least the call's bytes, never shrinks
+ * and is not reallocated for a call no larger than one before; tj_context_destroy frees the
+ * destroying thread's. */
+#define BF16_BOUND 1e-2 /* tj_check_bound(TJ_BF16) */
+
+typedef struct bf_run {
+    tj_model *m;
+    const layer_data *d;
+    int id;
+    double err;
+    int fails;   /* failed calls or scratch rule broken */
+} bf_run;
+
+static double bf_call(tj_model *mdl, const layer_data *d, int64_t m, uint64_t seed, int *fails)
+{
+    const tj_layer *l = &d->l;
+    float *x = malloc((size_t)(m * l->k) * sizeof *x), *y = malloc((size_t)(m * l->n) * sizeof *y);
+    float *ref = malloc((size_t)(m * l->n) * sizeof *ref);
+    tj_rng r = {seed};
+    tj_test_fill(&r, x, m * l->k);
+    for (int64_t i = 0; i < m * l->n; i++) y[i] = NAN;
+    int64_t xs[2] = {m, l->k}, ys[2] = {m, l->n};
+    DLTensor xt = {x, {kDLCPU, 0}, 2, {kDLFloat, 32, 1}, xs, NULL, 0};
+    DLTensor yt = {y, {kDLCPU, 0}, 2, {kDLFloat, 32, 1}, ys, NULL, 0};
+    if (tj_linear(mdl, l->name, &xt, &yt, NULL) != TJ_OK) (*fails)++;
+    tj_reference_linear(l, &d->lw, x, m, ref);
+    double e = tj_test_all_finite(y, m * l->n) ? tj_test_relerr(y, ref, m * l->n) : 1e9;
+    free(x);
+    free(y);
+    free(ref);
+    return e;
+}
+
+static void *bf_hammer(void *vp)
+{
+    bf_run *a = vp;
+    const tj_layer *l = &a->d->l;
+    size_t cap = tj_cpu_thread_scratch_bytes();
+    if (cap != 0) a->fails++;
+    int64_t mmax = 0;
+    for (int it = 0; it < 24; it++) {
+        int64_t m = it == 23 ? mmax : 1 + (a->id * 29 + it * 13) % 120; /* the last: no larger than before */
+        double e = bf_call(a->m, a->d, m, (uint64_t)(a->id * 100 + it), &a->fails);
+        if (e > a->err) a->err = e;
+        size_t now = tj_cpu_thread_scratch_bytes();
+        if (now < (size_t)(2 * m * (l->k + l->n)) || now < cap || (m <= mmax && now != cap)) a->fails++;
+        cap = now;
+        if (m > mmax) mmax = m;
+    }
+    return NULL;
+}
+
+static void test_bf16_scratch(void)
+{
+    char dir[] = "/tmp/tj_cpu_bf16s_XXXXXX";
+    if (!mkdtemp(dir)) { CHECK(0); return; }
+    char pat[300], wts[300];
+    snprintf(pat, sizeof pat, "%s/p.json", dir);
+    snprintf(wts, sizeof wts, "%s/w.safetensors", dir);
+    wcase cs = {"enc.fc1", 320, 96, 64, 0.75, 2, 0.02, 0, TJ_ACT_GELU, TJ_F32, 1};
+    layer_data d;
+    tj_error err;
+    if (!make_layer(&cs, 31, &d)) { CHECK(0); return; }
+    tj_pattern p = {.nlayers = 1, .layers = &d.l};
+    CHECK_OK(tj_pattern_save(&p, pat, &err), &err);
+    int64_t s0[2] = {cs.n, cs.k}, b0[1] = {cs.n};
+    tj_st_out_tensor t[2] = {
+        {"enc.fc1.weight", "F32", 2, s0, d.w, (uint64_t)(cs.n * cs.k) * 4},
+        {"enc.fc1.bias", "F32", 1, b0, d.b, (uint64_t)cs.n * 4},
+    };
+    CHECK_OK(tj_st_write(wts, t, 2, NULL, &err), &err);
+    tj_options o = tj_options_default();
+    o.backend = TJ_BACKEND_CPU;
+    o.threads = 2;
+    tj_context *c = NULL;
+    tj_model *m = NULL;
+    CHECK(tj_context_create(&o, &c) == TJ_OK);
+    if (c) CHECK_OK(tj_context_set_config(c, "{\"dtype\": \"bf16\", \"out\": \"bf16\"}", &err), &err);
+    if (c && tj_model_load(c, pat, wts, &m) != TJ_OK) fprintf(stderr, "load: %s\n", tj_context_error(c));
+    CHECK(m != NULL);
+    if (m) {
+        const char *cfg = NULL;
+        CHECK(tj_model_layer_config(m, 0, 7, &cfg) == TJ_OK && cfg && strstr(cfg, "\"dtype\": \"bf16\"") &&
+              strstr(cfg, "\"out\": \"bf16\""));
+        enum { NT = 8 };
+        pthread_t th[NT];
+        bf_run br[NT];
+        for (int i = 0; i < NT; i++) {
+            br[i] = (bf_run){m, &d, i, 0, 0};
+            pthread_create(&th[i], NULL, bf_hammer, &br[i]);
+        }
+        for (int i = 0; i < NT; i++) {
+            pthread_join(th[i], NULL);
+            CHECKF(br[i].fails == 0 && br[i].err <= BF16_BOUND, "thread %d: %d failures, relerr %g", i, br[i].fails,
+                   br[i].err);
+        }
+        int fails = 0;
+        double e = bf_call(m, &d, 64, 5, &fails);
+        CHECKF(fails == 0 && e <= BF16_BOUND && tj_cpu_thread_scratch_bytes() >= (size_t)(2 * 64 * (cs.n + cs.k)),
+               "calling thread: %d failures, relerr %g, scratch %zu", fails, e, tj_cpu_thread_scratch_bytes());
+    }
+    tj_model_destroy(m);
+    tj_context_destroy(c);
+    CHECK(tj_cpu_thread_scratch_bytes() == 0);
+    remove(pat);
+    remove(wts);
+    rmdir(dir);
+    free_layer(&d);
+}
+
 /* ---- 6. config JSON round trip, determinism of the IR text, errors */
 static void test_config_and_ir(void)
 {
@@ -404,6 +606,8 @@ int main(void)
     test_threads_identical(jit, pool);
     test_concurrent(jit, pool);
     test_public_api();
+    test_shared_packing(jit, pool);
+    test_bf16_scratch();
     tj_pool_destroy(pool);
     tj_cpu_jit_destroy(jit);
     return tj_test_end();

@@ -427,6 +427,117 @@ static void test_unusable_dir(const char *base)
     tj_test_model_free(&tm);
 }
 
+/* ---- the key: one definition of a layer's content (tj_layer_fields) behind tj_layer_hash and
+ * the object-cache key. Every field that changes generated code changes both; the name does
+ * not; a change of any config field or of the symbol prefix changes the key. */
+
+/* A deep copy of l whose arrays have spare zeroed entries, so a mutated count stays readable. */
+static int copy_layer(const tj_layer *l, tj_layer *c)
+{
+    enum { SPARE = 4 };
+    *c = *l;
+    c->cols = l->cols ? calloc((size_t)l->ncols + SPARE, sizeof *c->cols) : NULL;
+    c->tile_ptr = calloc((size_t)l->ntiles + 1 + SPARE, sizeof *c->tile_ptr);
+    c->tile_rows = calloc((size_t)l->tile_ptr[l->ntiles] + SPARE, sizeof *c->tile_rows);
+    c->ew_indptr = l->ew_indptr ? calloc((size_t)l->n + 1 + SPARE, sizeof *c->ew_indptr) : NULL;
+    c->ew_indices = l->ew_indptr ? calloc((size_t)l->ew_nnz + SPARE, sizeof *c->ew_indices) : NULL;
+    if ((l->cols && !c->cols) || !c->tile_ptr || !c->tile_rows || (l->ew_indptr && (!c->ew_indptr || !c->ew_indices)))
+        return 0;
+    if (l->cols) memcpy(c->cols, l->cols, (size_t)l->ncols * sizeof *c->cols);
+    memcpy(c->tile_ptr, l->tile_ptr, (size_t)(l->ntiles + 1) * sizeof *c->tile_ptr);
+    memcpy(c->tile_rows, l->tile_rows, (size_t)l->tile_ptr[l->ntiles] * sizeof *c->tile_rows);
+    if (l->ew_indptr) {
+        memcpy(c->ew_indptr, l->ew_indptr, (size_t)(l->n + 1) * sizeof *c->ew_indptr);
+        memcpy(c->ew_indices, l->ew_indices, (size_t)l->ew_nnz * sizeof *c->ew_indices);
+    }
+    return 1;
+}
+
+static void free_copy(tj_layer *c)
+{
+    free(c->cols);
+    free(c->tile_ptr);
+    free(c->tile_rows);
+    free(c->ew_indptr);
+    free(c->ew_indices);
+}
+
+static void test_key_fields(const layer_data *d)
+{
+    const tj_layer *l = &d[1].l; /* tw2 (cols) with ew: every field present */
+    CHECK(l->cols && l->ew_indptr && l->ew_nnz > 1 && l->ntiles > 1 && tj_tile_nrows(l, 0) > 0);
+    tj_cpu_config cfg = tj_cpu_config_default();
+    tj_cpu_config_resolve(&cfg, l);
+    tj_cache_key k0, k, k_absent;
+    memset(&k_absent, 0, sizeof k_absent);
+    tj_cpu_layer_key(&k0, l, &cfg, "p");
+    uint64_t h0 = tj_layer_hash(l);
+    CHECK(h0 == l->hash);
+    enum { NMUT = 17 };
+    static const char *what[NMUT] = {"copy", "name", "n", "k", "g", "ncols", "cols entry", "cols absent", "ntiles",
+                                     "tile boundary", "tile row", "act", "ew absent", "ew index", "ew indptr",
+                                     "ew nnz", "ew empty"};
+    for (int i = 0; i < NMUT; i++) {
+        tj_layer c;
+        if (!copy_layer(l, &c)) { CHECK(0); free_copy(&c); continue; }
+        switch (i) {
+        case 0: break;
+        case 1: c.name = "another"; break;
+        case 2: c.n++; break;
+        case 3: c.k++; break;
+        case 4: c.g++; break;
+        case 5: c.ncols--; break;
+        case 6: c.cols[c.ncols - 1]++; break;
+        case 7: free(c.cols); c.cols = NULL; break;
+        case 8: c.ntiles++; c.tile_ptr[c.ntiles] = c.tile_ptr[c.ntiles - 1]; break;
+        case 9: c.tile_ptr[1]--; break;
+        case 10: c.tile_rows[0] ^= 1; break;
+        case 11: c.act = c.act == TJ_ACT_RELU ? TJ_ACT_NONE : TJ_ACT_RELU; break;
+        case 12: free(c.ew_indptr); free(c.ew_indices); c.ew_indptr = NULL; c.ew_indices = NULL; c.ew_nnz = 0; break;
+        case 13: c.ew_indices[c.ew_nnz - 1] ^= 1; break;
+        case 14: for (int64_t r = 0; r < c.n; r++) if (c.ew_indptr[r + 1] > c.ew_indptr[r]) { c.ew_indptr[r + 1]--; break; } break;
+        case 15: c.ew_nnz--; break;
+        case 16: /* ew present but empty, against absent: the marker tells them apart */
+            memset(c.ew_indptr, 0, (size_t)(c.n + 1) * sizeof *c.ew_indptr);
+            c.ew_nnz = 0;
+            break;
+        }
+        tj_cpu_layer_key(&k, &c, &cfg, "p");
+        int same_key = memcmp(k.hash, k0.hash, sizeof k.hash) == 0, same_hash = tj_layer_hash(&c) == h0;
+        if (i <= 1) CHECKF(same_key && same_hash, "%s: key or hash changed", what[i]);
+        else CHECKF(!same_key && !same_hash, "%s: key %s, hash %s", what[i], same_key ? "unchanged" : "changed",
+                    same_hash ? "unchanged" : "changed");
+        if (i == 12) k_absent = k;
+        if (i == 16) CHECK(memcmp(k.hash, k_absent.hash, sizeof k.hash) != 0); /* ew empty is not ew absent */
+        free_copy(&c);
+    }
+    for (int i = 0; i < 14; i++) { /* every config field */
+        tj_cpu_config c = cfg;
+        switch (i) {
+        case 0: c.mr++; break;
+        case 1: c.nr += c.vec; break;
+        case 2: c.offsets = c.offsets == TJ_CPU_OFFSETS_TABLE ? TJ_CPU_OFFSETS_UNROLLED : TJ_CPU_OFFSETS_TABLE; break;
+        case 3: c.unroll++; break;
+        case 4: c.mb += 8; break;
+        case 5: c.vec = c.vec == 8 ? 16 : 8; break;
+        case 6: c.kc += 7; break;
+        case 7: c.pack = c.pack == 1 ? 2 : 1; break;
+        case 8: c.order = !c.order; break;
+        case 9: c.serial = c.serial == 0 ? -1 : 0; break;
+        case 10: c.weights = c.weights == TJ_CPU_WEIGHTS_BF16 ? TJ_CPU_WEIGHTS_F32 : TJ_CPU_WEIGHTS_BF16; break;
+        case 11: c.dtype = !c.dtype; break;
+        case 12: c.out = !c.out; break;
+        case 13: c.dot = c.dot == TJ_CPU_DOT_FMA ? TJ_CPU_DOT_DPBF16 : TJ_CPU_DOT_FMA; break;
+        }
+        CHECKF(memcmp(&c, &cfg, sizeof c) != 0, "config field %d not changed", i);
+        tj_cpu_layer_key(&k, l, &c, "p");
+        CHECKF(memcmp(k.hash, k0.hash, sizeof k.hash) != 0, "config field %d: key unchanged", i);
+    }
+    tj_cpu_layer_key(&k, l, &cfg, "p_r");
+    CHECK(memcmp(k.hash, k0.hash, sizeof k.hash) != 0);
+    _Static_assert(sizeof(tj_cpu_config) == 14 * sizeof(int), "a new tj_cpu_config field: add it to the loop above");
+}
+
 int main(void)
 {
     char base[] = "/tmp/tj_cpu_cache_XXXXXX";
@@ -437,6 +548,7 @@ int main(void)
         CHECK(0);
         return tj_test_end();
     }
+    test_key_fields(d);
     test_hits_and_faults(base, d);
     test_killed_writers(base, d);
     test_processes(base, d);

@@ -2,7 +2,8 @@
  * M = 1 and M = 64 (each tuned with a one-config space) makes `tilejit model --m` run, and
  * print, the config of the call's M bucket, and every M still matches the reference (the model
  * command checks each layer). Also the serial threshold: a config with "serial" runs the same
- * numbers as the parallel one. */
+ * numbers as the parallel one; and the two variants, which differ only in code, share one packed
+ * copy of the weights (the load note of -v). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +49,13 @@ int main(void)
         CHECKF(tj_test_count_lines(out, runs[i].want) == 1 && tj_test_count_lines(out, "config at M =") == 1,
                "model --m %d did not run the config with %s: see %s", runs[i].m, runs[i].want, out);
     }
+    /* the two configs differ only in code (mr, unroll, serial): one packed copy of the weights */
+    rc = tj_test_sh("'%s' model '%s' --weights '%s' --backend cpu --m 3 --min-time 0.01 --tuning-log '%s' "
+                    "--cache-dir '%s/cache' -v > '%s' 2>&1",
+                    exe, pat, wts, logp, dir, out);
+    CHECKF(rc == 0 && tj_test_count_lines(out, "(2 kernels)") >= 1 && tj_test_count_lines(out, "packed layouts 1,") >= 1 &&
+               tj_test_count_lines(out, "packed layouts 2,") == 0,
+           "model -v did not share the packing between its two variants: see %s", out);
     tj_test_model_free(&mdl);
     if (!tj_test_failures) tj_test_sh("rm -rf '%s'", dir);
     return tj_test_end();

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "autotune/autotune.h"
+#include "gen/cpu_serial.h"
 #include "runtime/model.h"
 #include "pattern/random.h"
 #include "cli_run.h"
@@ -248,6 +249,27 @@ static void test_space(void)
     for (int64_t i = 0; i < s.count; i++)
         CHECKF(!strstr(s.json[i], "bf16") || (!strstr(s.json[i], "unrolled") && strstr(s.json[i], "\"kc\":0")), "%s", s.json[i]);
     tj_tune_space_free(&s);
+    /* "always parallel" joins exactly when the runtime's small-call rule (gen/cpu_serial.h) would
+     * run the smallest tuned M serially, on the same count of kept weights (tj_layer_kept) */
+    CHECK(tj_cpu_serial_call(0, 1, 63999) && !tj_cpu_serial_call(0, 1, 64000) && !tj_cpu_serial_call(-1, 1, 1) &&
+          tj_cpu_serial_call(500, 2, 124999) && !tj_cpu_serial_call(500, 2, 125000));
+    static const int64_t kepts[] = {63999, 64000};
+    for (int i = 0; i < 2; i++) {
+        tj_tune_host hk = h;
+        hk.min_m = 1;
+        hk.kept_rows = 100;
+        hk.kept = kepts[i];
+        CHECK_OK(tj_tune_space_build("cpu", &hk, &s, &err), &err);
+        CHECKF((count_in(&s, "\"serial\":-1") > 0) == (i == 0), "kept %lld", (long long)kepts[i]);
+        tj_tune_space_free(&s);
+    }
+    tj_random_spec rs = {.n = 200, .k = 96, .g = 64, .sparsity = 0.5, .mode = 2, .seed = 3, .ew_fraction = 0.02};
+    tj_layer rl;
+    CHECK_OK(tj_random_layer(&rs, "kept", &rl, &err), &err);
+    tj_tune_host hl;
+    tj_tune_host_for("cpu", NULL, &rl, &hl);
+    CHECK(hl.kept == tj_layer_kept(&rl) && rl.ew_nnz > 0 && hl.kept != hl.kept_rows * hl.g);
+    tj_layer_free(&rl);
     /* code size: a 3072×768 layer at s = 0.75 keeps 24 × 192 rows: no unrolled config survives */
     tj_tune_host hbig = h;
     hbig.kept_rows = 24 * 192;
