@@ -167,23 +167,31 @@ tj_calib_options tj_calib_options_default(void)
 }
 
 /* A statistics matrix of layer L: its [k][k] entry counts the tokens, every entry finite. */
-static tj_status check_square(const tj_st_file *sf, const tj_prune_layer_in *L, const tj_st_tensor *h,
-                              const char *what, int64_t tokens, tj_error *err)
+static tj_status check_square(const char *where, const tj_prune_layer_in *L, const void *h, const char *what,
+                              int64_t tokens, tj_error *err)
 {
     int64_t dim = L->k + 1;
     double corner;
-    memcpy(&corner, (const char *)h->data + (size_t)(dim * dim - 1) * 8, 8);
+    memcpy(&corner, (const char *)h + (size_t)(dim * dim - 1) * 8, 8);
     if (tokens < 1 || corner != (double)tokens)
         return tj_fail(err, TJ_ERR_FORMAT,
                        "%s: layer '%s': %lld tokens, but the bias column's diagonal %s[k][k] is %g (it counts the tokens)",
-                       sf->path, L->name, (long long)tokens, what, corner);
+                       where, L->name, (long long)tokens, what, corner);
     for (int64_t i = 0; i < dim * dim; i++) {
         double v;
-        memcpy(&v, (const char *)h->data + (size_t)i * 8, 8);
+        memcpy(&v, (const char *)h + (size_t)i * 8, 8);
         if (!isfinite(v))
-            return tj_fail(err, TJ_ERR_FORMAT, "%s: '%s.%s' has a non-finite entry at [%lld, %lld]", sf->path, L->name,
+            return tj_fail(err, TJ_ERR_FORMAT, "%s: '%s.%s' has a non-finite entry at [%lld, %lld]", where, L->name,
                            what, (long long)(i / dim), (long long)(i % dim));
     }
+    return TJ_OK;
+}
+
+tj_status tj_calib_stats_check(const char *where, const tj_prune_layer_in *L, const void *h, const void *cross,
+                               int64_t tokens, tj_error *err)
+{
+    TJ_TRY(check_square(where, L, h, "hessian", tokens, err));
+    if (cross) TJ_TRY(check_square(where, L, cross, "cross", tokens, err));
     return TJ_OK;
 }
 
@@ -218,7 +226,7 @@ tj_status tj_calib_stats_find(const tj_st_file *sf, const tj_prune_layer_in *L, 
         return tj_fail(err, TJ_ERR_FORMAT, "%s: the statistics of '%s' have the wrong byte size", sf->path, L->name);
     int64_t tokens;
     memcpy(&tokens, t->data, 8);
-    TJ_TRY(check_square(sf, L, h, "hessian", tokens, err));
+    TJ_TRY(check_square(sf->path, L, h->data, "hessian", tokens, err));
     len = strlen(L->name);
     if (!(name = malloc(len + 16))) return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory");
     memcpy(name, L->name, len);
@@ -230,7 +238,7 @@ tj_status tj_calib_stats_find(const tj_st_file *sf, const tj_prune_layer_in *L, 
             (int64_t)(x->end - x->begin) != dim * dim * 8)
             return tj_fail(err, TJ_ERR_FORMAT, "%s: '%s.cross' must be an F64 matrix [%lld, %lld] like '%s.hessian'",
                            sf->path, L->name, (long long)dim, (long long)dim, L->name);
-        TJ_TRY(check_square(sf, L, x, "cross", tokens, err));
+        TJ_TRY(check_square(sf->path, L, x->data, "cross", tokens, err));
         out->cross = x->data;
     }
     out->h = h->data;

@@ -42,6 +42,12 @@ typedef struct tj_calib_stats {
 tj_status tj_calib_stats_find(const tj_st_file *stats, const tj_prune_layer_in *L, tj_calib_stats *out,
                               tj_error *err);
 
+/* The same checks for statistics given as arrays (h, and cross or NULL, [(k+1) × (k+1)] F64, may
+ * be unaligned): the token count positive and equal to the [k][k] entries, every entry finite.
+ * `where` starts the error message (a file, or the API call). */
+tj_status tj_calib_stats_check(const char *where, const tj_prune_layer_in *L, const void *h, const void *cross,
+                               int64_t tokens, tj_error *err);
+
 typedef struct tj_calib_options {
     size_t size;     /* sizeof(tj_calib_options) */
     double damp;     /* ridge λ = damp × mean(diag H[0..k)), added to the k input features' diagonal
