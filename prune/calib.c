@@ -281,7 +281,37 @@ static void lctx_free(lctx *c)
     free(c->bias);
 }
 
-static tj_status lctx_init(lctx *c, const tj_calib_layer *cl, double damp, int need_inv, tj_error *err)
+/* The dense-output targets of rows [item·TGT_ROWS, …) (see lctx_init), one pool item each. */
+enum { TGT_ROWS = 16 };
+
+typedef struct tgt_job {
+    const lctx *c;
+    const double *gd; /* Gd, dim × dim */
+    double *tg;       /* n × dim */
+    char *failed;     /* per item: 1 when out of memory */
+} tgt_job;
+
+static void tgt_run(void *arg, int64_t item)
+{
+    const tgt_job *j = arg;
+    const lctx *c = j->c;
+    const int64_t d = c->dim, r0 = item * TGT_ROWS, r1 = r0 + TGT_ROWS < c->n ? r0 + TGT_ROWS : c->n;
+    double *gw = malloc((size_t)d * sizeof *gw), *wt = malloc((size_t)d * sizeof *wt);
+    float *wrow = malloc((size_t)c->k * sizeof *wrow);
+    if (!gw || !wt || !wrow) {
+        j->failed[item] = 1;
+    } else {
+        for (int64_t row = r0; row < r1; row++) {
+            row_target(c, row, wrow, wt);
+            for (int64_t i = 0; i < d; i++) gw[i] = dot(j->gd + i * d, wt, d);
+            for (int64_t i = 0; i < d; i++) j->tg[row * d + i] = dot(c->hinv + i * d, gw, d);
+        }
+    }
+    free(gw), free(wt), free(wrow);
+}
+
+static tj_status lctx_init(lctx *c, const tj_calib_layer *cl, double damp, int need_inv, tj_pool *pool,
+                           tj_error *err)
 {
     const tj_prune_layer_in *L = cl->in;
     memset(c, 0, sizeof *c);
@@ -337,27 +367,30 @@ static tj_status lctx_init(lctx *c, const tj_calib_layer *cl, double damp, int n
         /* tgt = Hd⁻¹ Gd w̃ with Gd = G + λI_k (G = Σ x̃ x̃_refᵀ): the minimiser over x of
          * ‖X̃ x − X̃_ref w̃‖² + λ‖x − w̃‖² (bias undamped); then ‖X̃ x − X̃_ref w̃‖² + λ‖x − w̃‖²
          * = (x − tgt)ᵀ Hd (x − tgt) + const, so selection and rebuild proceed with tgt as w̃. */
-        double *gd = malloc((size_t)(d * d) * sizeof *gd), *gw = malloc((size_t)d * sizeof *gw);
-        double *wt = malloc((size_t)d * sizeof *wt);
-        float *wrow = malloc((size_t)c->k * sizeof *wrow);
-        double *hinv = c->hinv;
+        int64_t nitems = (c->n + TGT_ROWS - 1) / TGT_ROWS;
+        double *gd = malloc((size_t)(d * d) * sizeof *gd);
+        char *failed = calloc((size_t)nitems, 1);
         c->tgt = malloc((size_t)(c->n * d) * sizeof *c->tgt);
-        if (!gd || !gw || !wt || !wrow || !c->tgt || !hinv) {
-            free(gd), free(gw), free(wt), free(wrow);
+        if (!gd || !failed || !c->tgt || !c->hinv) {
+            free(gd), free(failed);
             lctx_free(c);
             return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "layer '%s': out of memory for the dense-output target", L->name);
         }
         memcpy(gd, cl->stats.cross, (size_t)(d * d) * sizeof *gd);
         for (int64_t i = 0; i < c->k; i++) gd[i * d + i] += lambda;
-        double *tg = c->tgt;
+        tgt_job job = {c, gd, c->tgt, failed};
         c->tgt = NULL; /* row_target reads the layer's own weights meanwhile */
-        for (int64_t row = 0; row < c->n; row++) {
-            row_target(c, row, wrow, wt);
-            for (int64_t i = 0; i < d; i++) gw[i] = dot(gd + i * d, wt, d);
-            for (int64_t i = 0; i < d; i++) tg[row * d + i] = dot(hinv + i * d, gw, d);
+        if (pool) tj_pool_run(pool, 0, nitems, tgt_run, &job);
+        else
+            for (int64_t i = 0; i < nitems; i++) tgt_run(&job, i);
+        c->tgt = job.tg;
+        int oom = 0;
+        for (int64_t i = 0; i < nitems; i++) oom |= failed[i];
+        free(gd), free(failed);
+        if (oom) {
+            lctx_free(c);
+            return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "layer '%s': out of memory for the dense-output target", L->name);
         }
-        c->tgt = tg;
-        free(gd), free(gw), free(wt), free(wrow);
     }
     return TJ_OK;
 }
@@ -794,7 +827,7 @@ static tj_status prune_layer(const tj_calib_layer *cl, const tj_prune_options *o
     const int64_t n = L->n, k = L->k, g = opt->g < n ? opt->g : n;
     tj_status s = TJ_OK;
     lctx c;
-    TJ_TRY(lctx_init(&c, cl, co->damp, 1, err));
+    TJ_TRY(lctx_init(&c, cl, co->damp, 1, pool, err));
     tj_prune_mode base = opt->mode == TJ_PRUNE_TEW ? opt->tew_base : opt->mode;
     double d = cl->density, dtile = d;
     if (opt->mode == TJ_PRUNE_TEW) d = dtile = d - opt->ew_fraction > 0 ? d - opt->ew_fraction : 0;
@@ -963,9 +996,9 @@ tj_status tj_prune_calibrated_sweep(const tj_calib_layer *cl, int64_t g, const d
     }
     for (int64_t j = 0; j < nd; j++) keep[j] = keep_of(dens[j], L->k);
     for (int64_t i = 0; i < L->n; i++) rows[i] = i;
-    if ((s = lctx_init(&c, cl, co.damp, 1, err)) != TJ_OK) goto done;
-    have_c = 1;
     if ((s = make_pool(&co, &pool, err)) != TJ_OK) goto done;
+    if ((s = lctx_init(&c, cl, co.damp, 1, pool, err)) != TJ_OK) goto done;
+    have_c = 1;
     for (int64_t t = 0; t < ntiles; t++) {
         int64_t j0 = t * g, j1 = j0 + g < L->n ? j0 + g : L->n;
         jobs[t] = (tile_job){&c, rows + j0, j1 - j0, nd, keep, w, b, NULL, terr ? terr + t * (nd + 1) : NULL,

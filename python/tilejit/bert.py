@@ -247,9 +247,11 @@ class Bert:
         ctx = np.empty_like(q)
         scale = 1.0 / math.sqrt(hd)
         # sentences of one length at a time: [B × heads × L × hd] batched products, each
-        # sentence its own attention (no padding), far fewer Python steps than one per sentence
+        # sentence its own attention (no padding), far fewer Python steps than one per sentence;
+        # the lengths are spread over the cores (NumPy releases the GIL in these loops)
         lens = np.diff(offs)
-        for n in np.unique(lens):
+
+        def group(n):
             idx = (offs[:-1][lens == n][:, None] + np.arange(n)).reshape(-1)
             bsz = idx.size // n
             qs, ks, vs = (m[idx].reshape(bsz, n, nh, hd).transpose(0, 2, 1, 3) for m in (q, k, v))
@@ -257,6 +259,12 @@ class Bert:
             sc = np.exp(sc - sc.max(-1, keepdims=True))
             sc /= sc.sum(-1, keepdims=True)
             ctx[idx] = (sc @ vs).transpose(0, 2, 1, 3).reshape(bsz * n, nh * hd)
+        uniq = np.unique(lens)[::-1]  # longest first: the costliest groups start early
+        if _THREADS > 1 and len(uniq) > 1:
+            list(_pool().map(group, uniq))
+        else:
+            for n in uniq:
+                group(n)
         return ctx
 
     def attention_out(self, i, ctx, x):
@@ -329,7 +337,7 @@ def fortunes_corpus(root="/usr/share/games/fortunes",
         for e in text.split("\n%\n"):
             e = re.sub(r"\n\s*--.*$", "", e.strip(), flags=re.S)
             e = " ".join(e.split())
-            if 40 <= len(e) <= 300 and sum(c.isalpha() for c in e) > 0.6 * len(e):
+            if 40 <= len(e) <= 300 and sum(map(str.isalpha, e)) > 0.6 * len(e):
                 seen.add(e)
     return sorted(seen, key=lambda s: hashlib.sha1(s.encode()).hexdigest())
 

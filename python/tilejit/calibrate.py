@@ -62,8 +62,8 @@ def gram(x, chunk=2048):
     h = np.zeros((k + 1, k + 1))
     for s in range(0, t, chunk):
         xs = np.asarray(x[s:s + chunk], dtype=np.float32)
-        h[:k, :k] += (xs.T @ xs).astype(np.float64)
-        col = xs.astype(np.float64).sum(0)
+        h[:k, :k] += xs.T @ xs  # float32 products, added in float64
+        col = xs.sum(0, dtype=np.float64)
         h[:k, k] += col
         h[k, :k] += col
     h[k, k] = t
@@ -80,9 +80,9 @@ def cross_gram(x, xref, chunk=2048):
     for s in range(0, t, chunk):
         xs = np.asarray(x[s:s + chunk], dtype=np.float32)
         rs = np.asarray(xref[s:s + chunk], dtype=np.float32)
-        g[:k, :k] += (xs.T @ rs).astype(np.float64)
-        g[:k, k] += xs.astype(np.float64).sum(0)
-        g[k, :k] += rs.astype(np.float64).sum(0)
+        g[:k, :k] += xs.T @ rs
+        g[:k, k] += xs.sum(0, dtype=np.float64)
+        g[k, :k] += rs.sum(0, dtype=np.float64)
     g[k, k] = t
     return g
 
