@@ -8,6 +8,7 @@
  *   calib.c        statistics lookup and checks, OBS order, Cholesky rebuild, tw1/tw2/tew, sweeps
  *   alloc.c        the knapsack and the loss-table (profile) JSON reader
  *   calib_write.c  the weights file with rebuilt weights and biases
+ *   calib_run.c    the drivers: tj_prune_calibrated_run (files) and the in-memory calls
  */
 #ifndef TJ_PRUNE_CALIB_H
 #define TJ_PRUNE_CALIB_H

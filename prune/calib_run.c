@@ -1,6 +1,8 @@
-/* The calibrated pruner's driver behind `tilejit prune --calibration ...` (tilejit/prune.h,
- * tj_prune_calibrated_run): the statistics per selected layer, the allocation (uniform, global
- * or measured), then the pattern and rebuilt weights, or the sweep file. */
+/* The calibrated pruner's drivers (tilejit/prune.h): tj_prune_calibrated_run behind `tilejit
+ * prune --calibration ...` (the statistics per selected layer from a file, the allocation —
+ * uniform, global or measured — then the pattern and rebuilt weights, or the sweep file), and
+ * tj_prune_calibrated_layers / tj_prune_calibrated_sweep_layer, the same pruner and sweep on
+ * arrays a caller holds in memory (python -m tilejit.calibrate). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

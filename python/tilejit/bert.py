@@ -103,16 +103,22 @@ class WordPiece:
 
 
 def _row_blocks(fn, x, out):
-    """fn(x[r0:r1], out[r0:r1]) over row blocks on every core: NumPy's element-wise loops release
-    the GIL, and each row's result does not depend on the others, so this is the same arithmetic
-    as one call."""
+    """fn(x[r0:r1], out[r0:r1]) over blocks of rows small enough to stay in cache (the element-wise
+    chains pass over their arrays many times), the blocks spread over every core (NumPy's
+    element-wise loops release the GIL). Each row's result does not depend on the others, so this
+    is the same arithmetic as one call."""
     rows = x.shape[0]
+    sub = max(16, 65536 // max(1, x.size // max(1, rows)))  # ~256 KB of float32 per array
+
+    def run(r0, r1):
+        for r in range(r0, r1, sub):
+            fn(x[r:min(r + sub, r1)], out[r:min(r + sub, r1)])
     nt = min(_THREADS, max(1, rows // 256))
     if nt <= 1:
-        fn(x, out)
+        run(0, rows)
         return out
     step = -(-rows // nt)
-    list(_pool().map(lambda r: fn(x[r:r + step], out[r:r + step]), range(0, rows, step)))
+    list(_pool().map(lambda r: run(r, min(r + step, rows)), range(0, rows, step)))
     return out
 
 
@@ -223,8 +229,9 @@ class Bert:
 
     def _linear(self, name, x):
         y = x @ self._t(name + ".weight", True)
-        b = self.w.get(name + ".bias")
-        return y + self._t(name + ".bias") if b is not None else y
+        if self.w.get(name + ".bias") is not None:
+            y += self._t(name + ".bias")
+        return y
 
     # --- stages -----------------------------------------------------------------------------
     def embeddings(self, seqs):

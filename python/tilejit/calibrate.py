@@ -265,7 +265,8 @@ def run_from_variants(model, i, stage, ins, offs, name, variants):
             return base(n, x)
         y = np.empty((x.shape[0], wts[0][0].shape[1]), dtype=x.dtype)
         for c, (wt, b) in enumerate(wts):  # as Bert._linear does: x @ Wᵀ, then + b
-            y[c * t:(c + 1) * t] = x[c * t:(c + 1) * t] @ wt + b
+            np.matmul(x[c * t:(c + 1) * t], wt, out=y[c * t:(c + 1) * t])
+            y[c * t:(c + 1) * t] += b
         return y
     model.linear = linear
     try:
