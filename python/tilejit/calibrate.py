@@ -255,7 +255,8 @@ def run_from_variants(model, i, stage, ins, offs, name, variants):
     (weight, bias) in `variants`, copy c computed with variants[c] for layer `name`; the hidden
     states of all copies one after the other."""
     t = offs[-1]
-    reps = [np.concatenate([a] * len(variants)) if a is not None else None for a in ins]
+    need = ((0,), (0, 1), (2,), (2, 3))[stage]  # the cached inputs run_from reads from this stage on
+    reps = [np.concatenate([a] * len(variants)) if s in need else None for s, a in enumerate(ins)]
     wts = [(np.ascontiguousarray(np.asarray(w, dtype=model.dtype).T), np.asarray(b, dtype=model.dtype))
            for w, b in variants]
     base = model.linear
