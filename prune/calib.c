@@ -95,7 +95,22 @@ static int64_t cholesky_small(double *a, int64_t n, int64_t lda)
  * it, then subtract the panel's rank-CHOL_NB product from the trailing lower triangle (the bulk
  * of the work, as fused row updates against the panel transposed into cache). */
 #define CHOL_NB 32
-static int64_t cholesky(double *a, int64_t n, int64_t lda)
+typedef struct trail_job {
+    double *a;
+    const double *pt;
+    int64_t n, lda, kb, nb, t0;
+} trail_job;
+
+/* Row t0 + item of the trailing update (one row is one item: the rows are independent). */
+static void trail_run(void *arg, int64_t item)
+{
+    const trail_job *j = arg;
+    int64_t i = j->t0 + item;
+    rank_sub(j->a + i * j->lda + j->t0, j->a + i * j->lda + j->kb, j->pt + j->t0, j->n, j->nb, i - j->t0 + 1);
+}
+
+/* pool (may be NULL) shares the trailing updates; it must not be running a job already. */
+static int64_t cholesky_pool(double *a, int64_t n, int64_t lda, tj_pool *pool)
 {
     double *pt = n > 2 * CHOL_NB ? malloc((size_t)(CHOL_NB * n) * sizeof *pt) : NULL;
     if (!pt) return cholesky_small(a, n, lda);
@@ -117,17 +132,43 @@ static int64_t cholesky(double *a, int64_t n, int64_t lda)
         if (t0 >= n) break;
         for (int64_t j = t0; j < n; j++)
             for (int64_t t = 0; t < nb; t++) pt[t * n + j] = a[j * lda + kb + t];
-        for (int64_t i = t0; i < n; i++)
-            rank_sub(a + i * lda + t0, a + i * lda + kb, pt + t0, n, nb, i - t0 + 1);
+        trail_job tj = {a, pt, n, lda, kb, nb, t0};
+        if (pool && n - t0 >= 64) tj_pool_run(pool, 0, n - t0, trail_run, &tj);
+        else
+            for (int64_t i = 0; i < n - t0; i++) trail_run(&tj, i);
     }
     free(pt);
     return -1;
 }
 
-/* inv (n × n, full) = (L Lᵀ)⁻¹ from the lower factor L (stride n); u is n × n scratch. */
-static void chol_inverse(const double *l, int64_t n, double *inv, double *u)
+static int64_t cholesky(double *a, int64_t n, int64_t lda) { return cholesky_pool(a, n, lda, NULL); }
+
+typedef struct utu_job {
+    const double *u;
+    double *inv;
+    int64_t n;
+} utu_job;
+
+/* inv[i][0..i] = Σ_{m ≥ i} U[m][i] U[m][0..i] for row i = item. */
+static void utu_run(void *arg, int64_t i)
 {
-    double coef[8];
+    const utu_job *j = arg;
+    const int64_t n = j->n;
+    const double *u = j->u;
+    double coef[8], *row = j->inv + i * n;
+    int64_t m = i;
+    for (; m + 8 <= n; m += 8) {
+        for (int q = 0; q < 8; q++) coef[q] = -u[(m + q) * n + i];
+        rank_sub(row, coef, u + m * n, n, 8, i + 1);
+    }
+    for (; m < n; m++)
+        if (u[m * n + i] != 0) axpy_sub(row, -u[m * n + i], u + m * n, i + 1);
+}
+
+/* inv (n × n, full) = (L Lᵀ)⁻¹ from the lower factor L (stride n); u is n × n scratch; pool (may
+ * be NULL) shares the rows of UᵀU. */
+static void chol_inverse(const double *l, int64_t n, double *inv, double *u, tj_pool *pool)
+{
     /* U = L⁻¹ (lower) row by row: U[i] = (e_i − Σ_{m<i} L[i][m] U[m]) / L[i][i], eight rows of U
      * at a time (their entries beyond the diagonal are zero). */
     memset(u, 0, (size_t)(n * n) * sizeof *u);
@@ -142,18 +183,12 @@ static void chol_inverse(const double *l, int64_t n, double *inv, double *u)
         double s = 1.0 / li[i];
         for (int64_t j = 0; j <= i; j++) ui[j] *= s;
     }
-    /* inv = Uᵀ U: inv[i][0..i] = Σ_{m ≥ i} U[m][i] U[m][0..i], then mirrored. */
+    /* inv = Uᵀ U: inv[i][0..i] = Σ_{m ≥ i} U[m][i] U[m][0..i] (rows independent), then mirrored. */
     memset(inv, 0, (size_t)(n * n) * sizeof *inv);
-    for (int64_t i = 0; i < n; i++) {
-        double *row = inv + i * n;
-        int64_t m = i;
-        for (; m + 8 <= n; m += 8) {
-            for (int q = 0; q < 8; q++) coef[q] = -u[(m + q) * n + i];
-            rank_sub(row, coef, u + m * n, n, 8, i + 1);
-        }
-        for (; m < n; m++)
-            if (u[m * n + i] != 0) axpy_sub(row, -u[m * n + i], u + m * n, i + 1);
-    }
+    utu_job job = {u, inv, n};
+    if (pool && n >= 64) tj_pool_run(pool, 0, n, utu_run, &job);
+    else
+        for (int64_t i = 0; i < n; i++) utu_run(&job, i);
     for (int64_t i = 0; i < n; i++)
         for (int64_t j = 0; j < i; j++) inv[j * n + i] = inv[i * n + j];
 }
@@ -344,7 +379,7 @@ static tj_status lctx_init(lctx *c, const tj_calib_layer *cl, double damp, int n
         for (int64_t i = 0; i < c->n; i++) c->bias[i] = tj_load_f32(cl->bias, cl->bdt, i);
     if (need_inv) {
         memcpy(tmp, c->hd, (size_t)(d * d) * sizeof *tmp);
-        int64_t bad = cholesky(tmp, d, d);
+        int64_t bad = cholesky_pool(tmp, d, d, pool);
         if (bad >= 0) {
             free(tmp);
             lctx_free(c);
@@ -359,7 +394,7 @@ static tj_status lctx_init(lctx *c, const tj_calib_layer *cl, double damp, int n
             lctx_free(c);
             return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "layer '%s': out of memory for H⁻¹", L->name);
         }
-        chol_inverse(tmp, d, c->hinv, u);
+        chol_inverse(tmp, d, c->hinv, u, pool);
         free(u);
         free(tmp);
     }
@@ -521,7 +556,7 @@ static void tile_run(void *arg, int64_t item)
                      L->name);
             goto done;
         }
-        chol_inverse(sgg, nb, cinv, scratch);
+        chol_inverse(sgg, nb, cinv, scratch, NULL);
         /* V = C · A[G,:] */
         for (int64_t p = 0; p < nb; p++) {
             double *vp = v + p * r;
