@@ -330,17 +330,19 @@ static void tgt_run(void *arg, int64_t item)
 {
     const tgt_job *j = arg;
     const lctx *c = j->c;
-    const int64_t d = c->dim, r0 = item * TGT_ROWS, r1 = r0 + TGT_ROWS < c->n ? r0 + TGT_ROWS : c->n;
-    double *gw = malloc((size_t)d * sizeof *gw), *wt = malloc((size_t)d * sizeof *wt);
+    const int64_t d = c->dim, r0 = item * TGT_ROWS, nr = (r0 + TGT_ROWS < c->n ? r0 + TGT_ROWS : c->n) - r0;
+    double *gw = malloc((size_t)(nr * d) * sizeof *gw), *wt = malloc((size_t)(nr * d) * sizeof *wt);
     float *wrow = malloc((size_t)c->k * sizeof *wrow);
     if (!gw || !wt || !wrow) {
         j->failed[item] = 1;
     } else {
-        for (int64_t row = r0; row < r1; row++) {
-            row_target(c, row, wrow, wt);
-            for (int64_t i = 0; i < d; i++) gw[i] = dot(j->gd + i * d, wt, d);
-            for (int64_t i = 0; i < d; i++) j->tg[row * d + i] = dot(c->hinv + i * d, gw, d);
-        }
+        /* row by row the same dot products; the rows inner, so that each row of Gd and Hd⁻¹ is
+         * read once for the item's rows rather than once per row (both are d × d, up to 19 MB) */
+        for (int64_t r = 0; r < nr; r++) row_target(c, r0 + r, wrow, wt + r * d);
+        for (int64_t i = 0; i < d; i++)
+            for (int64_t r = 0; r < nr; r++) gw[r * d + i] = dot(j->gd + i * d, wt + r * d, d);
+        for (int64_t i = 0; i < d; i++)
+            for (int64_t r = 0; r < nr; r++) j->tg[(r0 + r) * d + i] = dot(c->hinv + i * d, gw + r * d, d);
     }
     free(gw), free(wt), free(wrow);
 }
