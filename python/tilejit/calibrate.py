@@ -398,6 +398,10 @@ def sequential_prune(pruner, model, seqs, names, a, prof_path, dense_ins=None):
         if a.target == "dense":
             if dense_ins is not None:
                 ins_d, dense_ins[i] = dense_ins[i], None  # each block's dense inputs are used once
+                if i == 0:
+                    # the first block's input is the embeddings in both models: the same array
+                    # then, as in lockstep (X̃ᵀX̃_ref of one array is NumPy's syrk, bit for bit H)
+                    ins_d = [x] + ins_d[1:]
             else:
                 ins_d, xd = block_inputs(dense, i, xd, st.offs)
         for s, stage_names in enumerate(bert.STAGES):
