@@ -130,8 +130,9 @@ class Pruner:
         L = self._lib.CalibratedLayer()
         w = np.ascontiguousarray(w, dtype=np.float32)
         h = np.ascontiguousarray(h, dtype=np.float64)
-        keep += [w, h]
-        L.layer.name = name.encode()
+        nm = name.encode()
+        keep += [w, h, nm]
+        L.layer.name = nm
         L.layer.n, L.layer.k = w.shape
         L.layer.w, L.layer.wdt = w.ctypes.data, self._lib.TJ_F32
         if h.shape != (w.shape[1] + 1,) * 2:
