@@ -201,7 +201,7 @@ static int64_t gcd64(int64_t a, int64_t b)
 }
 
 tj_status tj_prune_allocate(const tj_prune_profile *p, double sparsity, double budget_ms, double *density,
-                            tj_error *err)
+                            int64_t *choice_out, tj_error *err)
 {
     const int64_t nl = p->nl, nd = p->nd;
     int64_t *cost = calloc((size_t)(nl * nd), sizeof *cost), *choice = calloc((size_t)nl, sizeof *choice);
@@ -247,7 +247,10 @@ tj_status tj_prune_allocate(const tj_prune_profile *p, double sparsity, double b
         tj_error_prefix(err, "allocation%s", budget_ms > 0 ? " (latency budget)" : "");
         goto done;
     }
-    for (int64_t l = 0; l < nl; l++) density[l] = p->densities[choice[l]];
+    for (int64_t l = 0; l < nl; l++) {
+        density[l] = p->densities[choice[l]];
+        if (choice_out) choice_out[l] = choice[l];
+    }
 done:
     free(cost);
     free(choice);

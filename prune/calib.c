@@ -95,7 +95,22 @@ static int64_t cholesky_small(double *a, int64_t n, int64_t lda)
  * it, then subtract the panel's rank-CHOL_NB product from the trailing lower triangle (the bulk
  * of the work, as fused row updates against the panel transposed into cache). */
 #define CHOL_NB 32
-static int64_t cholesky(double *a, int64_t n, int64_t lda)
+typedef struct trail_job {
+    double *a;
+    const double *pt;
+    int64_t n, lda, kb, nb, t0;
+} trail_job;
+
+/* Row t0 + item of the trailing update (one row is one item: the rows are independent). */
+static void trail_run(void *arg, int64_t item)
+{
+    const trail_job *j = arg;
+    int64_t i = j->t0 + item;
+    rank_sub(j->a + i * j->lda + j->t0, j->a + i * j->lda + j->kb, j->pt + j->t0, j->n, j->nb, i - j->t0 + 1);
+}
+
+/* pool (may be NULL) shares the trailing updates; it must not be running a job already. */
+static int64_t cholesky_pool(double *a, int64_t n, int64_t lda, tj_pool *pool)
 {
     double *pt = n > 2 * CHOL_NB ? malloc((size_t)(CHOL_NB * n) * sizeof *pt) : NULL;
     if (!pt) return cholesky_small(a, n, lda);
@@ -117,17 +132,43 @@ static int64_t cholesky(double *a, int64_t n, int64_t lda)
         if (t0 >= n) break;
         for (int64_t j = t0; j < n; j++)
             for (int64_t t = 0; t < nb; t++) pt[t * n + j] = a[j * lda + kb + t];
-        for (int64_t i = t0; i < n; i++)
-            rank_sub(a + i * lda + t0, a + i * lda + kb, pt + t0, n, nb, i - t0 + 1);
+        trail_job tj = {a, pt, n, lda, kb, nb, t0};
+        if (pool && n - t0 >= 64) tj_pool_run(pool, 0, n - t0, trail_run, &tj);
+        else
+            for (int64_t i = 0; i < n - t0; i++) trail_run(&tj, i);
     }
     free(pt);
     return -1;
 }
 
-/* inv (n × n, full) = (L Lᵀ)⁻¹ from the lower factor L (stride n); u is n × n scratch. */
-static void chol_inverse(const double *l, int64_t n, double *inv, double *u)
+static int64_t cholesky(double *a, int64_t n, int64_t lda) { return cholesky_pool(a, n, lda, NULL); }
+
+typedef struct utu_job {
+    const double *u;
+    double *inv;
+    int64_t n;
+} utu_job;
+
+/* inv[i][0..i] = Σ_{m ≥ i} U[m][i] U[m][0..i] for row i = item. */
+static void utu_run(void *arg, int64_t i)
 {
-    double coef[8];
+    const utu_job *j = arg;
+    const int64_t n = j->n;
+    const double *u = j->u;
+    double coef[8], *row = j->inv + i * n;
+    int64_t m = i;
+    for (; m + 8 <= n; m += 8) {
+        for (int q = 0; q < 8; q++) coef[q] = -u[(m + q) * n + i];
+        rank_sub(row, coef, u + m * n, n, 8, i + 1);
+    }
+    for (; m < n; m++)
+        if (u[m * n + i] != 0) axpy_sub(row, -u[m * n + i], u + m * n, i + 1);
+}
+
+/* inv (n × n, full) = (L Lᵀ)⁻¹ from the lower factor L (stride n); u is n × n scratch; pool (may
+ * be NULL) shares the rows of UᵀU. */
+static void chol_inverse(const double *l, int64_t n, double *inv, double *u, tj_pool *pool)
+{
     /* U = L⁻¹ (lower) row by row: U[i] = (e_i − Σ_{m<i} L[i][m] U[m]) / L[i][i], eight rows of U
      * at a time (their entries beyond the diagonal are zero). */
     memset(u, 0, (size_t)(n * n) * sizeof *u);
@@ -142,18 +183,12 @@ static void chol_inverse(const double *l, int64_t n, double *inv, double *u)
         double s = 1.0 / li[i];
         for (int64_t j = 0; j <= i; j++) ui[j] *= s;
     }
-    /* inv = Uᵀ U: inv[i][0..i] = Σ_{m ≥ i} U[m][i] U[m][0..i], then mirrored. */
+    /* inv = Uᵀ U: inv[i][0..i] = Σ_{m ≥ i} U[m][i] U[m][0..i] (rows independent), then mirrored. */
     memset(inv, 0, (size_t)(n * n) * sizeof *inv);
-    for (int64_t i = 0; i < n; i++) {
-        double *row = inv + i * n;
-        int64_t m = i;
-        for (; m + 8 <= n; m += 8) {
-            for (int q = 0; q < 8; q++) coef[q] = -u[(m + q) * n + i];
-            rank_sub(row, coef, u + m * n, n, 8, i + 1);
-        }
-        for (; m < n; m++)
-            if (u[m * n + i] != 0) axpy_sub(row, -u[m * n + i], u + m * n, i + 1);
-    }
+    utu_job job = {u, inv, n};
+    if (pool && n >= 64) tj_pool_run(pool, 0, n, utu_run, &job);
+    else
+        for (int64_t i = 0; i < n; i++) utu_run(&job, i);
     for (int64_t i = 0; i < n; i++)
         for (int64_t j = 0; j < i; j++) inv[j * n + i] = inv[i * n + j];
 }
@@ -167,23 +202,31 @@ tj_calib_options tj_calib_options_default(void)
 }
 
 /* A statistics matrix of layer L: its [k][k] entry counts the tokens, every entry finite. */
-static tj_status check_square(const tj_st_file *sf, const tj_prune_layer_in *L, const tj_st_tensor *h,
-                              const char *what, int64_t tokens, tj_error *err)
+static tj_status check_square(const char *where, const tj_prune_layer_in *L, const void *h, const char *what,
+                              int64_t tokens, tj_error *err)
 {
     int64_t dim = L->k + 1;
     double corner;
-    memcpy(&corner, (const char *)h->data + (size_t)(dim * dim - 1) * 8, 8);
+    memcpy(&corner, (const char *)h + (size_t)(dim * dim - 1) * 8, 8);
     if (tokens < 1 || corner != (double)tokens)
         return tj_fail(err, TJ_ERR_FORMAT,
                        "%s: layer '%s': %lld tokens, but the bias column's diagonal %s[k][k] is %g (it counts the tokens)",
-                       sf->path, L->name, (long long)tokens, what, corner);
+                       where, L->name, (long long)tokens, what, corner);
     for (int64_t i = 0; i < dim * dim; i++) {
         double v;
-        memcpy(&v, (const char *)h->data + (size_t)i * 8, 8);
+        memcpy(&v, (const char *)h + (size_t)i * 8, 8);
         if (!isfinite(v))
-            return tj_fail(err, TJ_ERR_FORMAT, "%s: '%s.%s' has a non-finite entry at [%lld, %lld]", sf->path, L->name,
+            return tj_fail(err, TJ_ERR_FORMAT, "%s: '%s.%s' has a non-finite entry at [%lld, %lld]", where, L->name,
                            what, (long long)(i / dim), (long long)(i % dim));
     }
+    return TJ_OK;
+}
+
+tj_status tj_calib_stats_check(const char *where, const tj_prune_layer_in *L, const void *h, const void *cross,
+                               int64_t tokens, tj_error *err)
+{
+    TJ_TRY(check_square(where, L, h, "hessian", tokens, err));
+    if (cross) TJ_TRY(check_square(where, L, cross, "cross", tokens, err));
     return TJ_OK;
 }
 
@@ -218,7 +261,7 @@ tj_status tj_calib_stats_find(const tj_st_file *sf, const tj_prune_layer_in *L, 
         return tj_fail(err, TJ_ERR_FORMAT, "%s: the statistics of '%s' have the wrong byte size", sf->path, L->name);
     int64_t tokens;
     memcpy(&tokens, t->data, 8);
-    TJ_TRY(check_square(sf, L, h, "hessian", tokens, err));
+    TJ_TRY(check_square(sf->path, L, h->data, "hessian", tokens, err));
     len = strlen(L->name);
     if (!(name = malloc(len + 16))) return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory");
     memcpy(name, L->name, len);
@@ -230,7 +273,7 @@ tj_status tj_calib_stats_find(const tj_st_file *sf, const tj_prune_layer_in *L, 
             (int64_t)(x->end - x->begin) != dim * dim * 8)
             return tj_fail(err, TJ_ERR_FORMAT, "%s: '%s.cross' must be an F64 matrix [%lld, %lld] like '%s.hessian'",
                            sf->path, L->name, (long long)dim, (long long)dim, L->name);
-        TJ_TRY(check_square(sf, L, x, "cross", tokens, err));
+        TJ_TRY(check_square(sf->path, L, x->data, "cross", tokens, err));
         out->cross = x->data;
     }
     out->h = h->data;
@@ -273,7 +316,39 @@ static void lctx_free(lctx *c)
     free(c->bias);
 }
 
-static tj_status lctx_init(lctx *c, const tj_calib_layer *cl, double damp, int need_inv, tj_error *err)
+/* The dense-output targets of rows [item·TGT_ROWS, …) (see lctx_init), one pool item each. */
+enum { TGT_ROWS = 16 };
+
+typedef struct tgt_job {
+    const lctx *c;
+    const double *gd; /* Gd, dim × dim */
+    double *tg;       /* n × dim */
+    char *failed;     /* per item: 1 when out of memory */
+} tgt_job;
+
+static void tgt_run(void *arg, int64_t item)
+{
+    const tgt_job *j = arg;
+    const lctx *c = j->c;
+    const int64_t d = c->dim, r0 = item * TGT_ROWS, nr = (r0 + TGT_ROWS < c->n ? r0 + TGT_ROWS : c->n) - r0;
+    double *gw = malloc((size_t)(nr * d) * sizeof *gw), *wt = malloc((size_t)(nr * d) * sizeof *wt);
+    float *wrow = malloc((size_t)c->k * sizeof *wrow);
+    if (!gw || !wt || !wrow) {
+        j->failed[item] = 1;
+    } else {
+        /* row by row the same dot products; the rows inner, so that each row of Gd and Hd⁻¹ is
+         * read once for the item's rows rather than once per row (both are d × d, up to 19 MB) */
+        for (int64_t r = 0; r < nr; r++) row_target(c, r0 + r, wrow, wt + r * d);
+        for (int64_t i = 0; i < d; i++)
+            for (int64_t r = 0; r < nr; r++) gw[r * d + i] = dot(j->gd + i * d, wt + r * d, d);
+        for (int64_t i = 0; i < d; i++)
+            for (int64_t r = 0; r < nr; r++) j->tg[(r0 + r) * d + i] = dot(c->hinv + i * d, gw + r * d, d);
+    }
+    free(gw), free(wt), free(wrow);
+}
+
+static tj_status lctx_init(lctx *c, const tj_calib_layer *cl, double damp, int need_inv, tj_pool *pool,
+                           tj_error *err)
 {
     const tj_prune_layer_in *L = cl->in;
     memset(c, 0, sizeof *c);
@@ -306,7 +381,7 @@ static tj_status lctx_init(lctx *c, const tj_calib_layer *cl, double damp, int n
         for (int64_t i = 0; i < c->n; i++) c->bias[i] = tj_load_f32(cl->bias, cl->bdt, i);
     if (need_inv) {
         memcpy(tmp, c->hd, (size_t)(d * d) * sizeof *tmp);
-        int64_t bad = cholesky(tmp, d, d);
+        int64_t bad = cholesky_pool(tmp, d, d, pool);
         if (bad >= 0) {
             free(tmp);
             lctx_free(c);
@@ -321,7 +396,7 @@ static tj_status lctx_init(lctx *c, const tj_calib_layer *cl, double damp, int n
             lctx_free(c);
             return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "layer '%s': out of memory for H⁻¹", L->name);
         }
-        chol_inverse(tmp, d, c->hinv, u);
+        chol_inverse(tmp, d, c->hinv, u, pool);
         free(u);
         free(tmp);
     }
@@ -329,27 +404,30 @@ static tj_status lctx_init(lctx *c, const tj_calib_layer *cl, double damp, int n
         /* tgt = Hd⁻¹ Gd w̃ with Gd = G + λI_k (G = Σ x̃ x̃_refᵀ): the minimiser over x of
          * ‖X̃ x − X̃_ref w̃‖² + λ‖x − w̃‖² (bias undamped); then ‖X̃ x − X̃_ref w̃‖² + λ‖x − w̃‖²
          * = (x − tgt)ᵀ Hd (x − tgt) + const, so selection and rebuild proceed with tgt as w̃. */
-        double *gd = malloc((size_t)(d * d) * sizeof *gd), *gw = malloc((size_t)d * sizeof *gw);
-        double *wt = malloc((size_t)d * sizeof *wt);
-        float *wrow = malloc((size_t)c->k * sizeof *wrow);
-        double *hinv = c->hinv;
+        int64_t nitems = (c->n + TGT_ROWS - 1) / TGT_ROWS;
+        double *gd = malloc((size_t)(d * d) * sizeof *gd);
+        char *failed = calloc((size_t)nitems, 1);
         c->tgt = malloc((size_t)(c->n * d) * sizeof *c->tgt);
-        if (!gd || !gw || !wt || !wrow || !c->tgt || !hinv) {
-            free(gd), free(gw), free(wt), free(wrow);
+        if (!gd || !failed || !c->tgt || !c->hinv) {
+            free(gd), free(failed);
             lctx_free(c);
             return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "layer '%s': out of memory for the dense-output target", L->name);
         }
         memcpy(gd, cl->stats.cross, (size_t)(d * d) * sizeof *gd);
         for (int64_t i = 0; i < c->k; i++) gd[i * d + i] += lambda;
-        double *tg = c->tgt;
+        tgt_job job = {c, gd, c->tgt, failed};
         c->tgt = NULL; /* row_target reads the layer's own weights meanwhile */
-        for (int64_t row = 0; row < c->n; row++) {
-            row_target(c, row, wrow, wt);
-            for (int64_t i = 0; i < d; i++) gw[i] = dot(gd + i * d, wt, d);
-            for (int64_t i = 0; i < d; i++) tg[row * d + i] = dot(hinv + i * d, gw, d);
+        if (pool) tj_pool_run(pool, 0, nitems, tgt_run, &job);
+        else
+            for (int64_t i = 0; i < nitems; i++) tgt_run(&job, i);
+        c->tgt = job.tg;
+        int oom = 0;
+        for (int64_t i = 0; i < nitems; i++) oom |= failed[i];
+        free(gd), free(failed);
+        if (oom) {
+            lctx_free(c);
+            return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "layer '%s': out of memory for the dense-output target", L->name);
         }
-        c->tgt = tg;
-        free(gd), free(gw), free(wt), free(wrow);
     }
     return TJ_OK;
 }
@@ -480,7 +558,7 @@ static void tile_run(void *arg, int64_t item)
                      L->name);
             goto done;
         }
-        chol_inverse(sgg, nb, cinv, scratch);
+        chol_inverse(sgg, nb, cinv, scratch, NULL);
         /* V = C · A[G,:] */
         for (int64_t p = 0; p < nb; p++) {
             double *vp = v + p * r;
@@ -786,7 +864,7 @@ static tj_status prune_layer(const tj_calib_layer *cl, const tj_prune_options *o
     const int64_t n = L->n, k = L->k, g = opt->g < n ? opt->g : n;
     tj_status s = TJ_OK;
     lctx c;
-    TJ_TRY(lctx_init(&c, cl, co->damp, 1, err));
+    TJ_TRY(lctx_init(&c, cl, co->damp, 1, pool, err));
     tj_prune_mode base = opt->mode == TJ_PRUNE_TEW ? opt->tew_base : opt->mode;
     double d = cl->density, dtile = d;
     if (opt->mode == TJ_PRUNE_TEW) d = dtile = d - opt->ew_fraction > 0 ? d - opt->ew_fraction : 0;
@@ -955,9 +1033,9 @@ tj_status tj_prune_calibrated_sweep(const tj_calib_layer *cl, int64_t g, const d
     }
     for (int64_t j = 0; j < nd; j++) keep[j] = keep_of(dens[j], L->k);
     for (int64_t i = 0; i < L->n; i++) rows[i] = i;
-    if ((s = lctx_init(&c, cl, co.damp, 1, err)) != TJ_OK) goto done;
-    have_c = 1;
     if ((s = make_pool(&co, &pool, err)) != TJ_OK) goto done;
+    if ((s = lctx_init(&c, cl, co.damp, 1, pool, err)) != TJ_OK) goto done;
+    have_c = 1;
     for (int64_t t = 0; t < ntiles; t++) {
         int64_t j0 = t * g, j1 = j0 + g < L->n ? j0 + g : L->n;
         jobs[t] = (tile_job){&c, rows + j0, j1 - j0, nd, keep, w, b, NULL, terr ? terr + t * (nd + 1) : NULL,

@@ -8,6 +8,7 @@
  *   calib.c        statistics lookup and checks, OBS order, Cholesky rebuild, tw1/tw2/tew, sweeps
  *   alloc.c        the knapsack and the loss-table (profile) JSON reader
  *   calib_write.c  the weights file with rebuilt weights and biases
+ *   calib_run.c    the drivers: tj_prune_calibrated_run (files) and the in-memory calls
  */
 #ifndef TJ_PRUNE_CALIB_H
 #define TJ_PRUNE_CALIB_H
@@ -41,6 +42,12 @@ typedef struct tj_calib_stats {
  * checked the same way (its [k][k] entry counts the tokens too). */
 tj_status tj_calib_stats_find(const tj_st_file *stats, const tj_prune_layer_in *L, tj_calib_stats *out,
                               tj_error *err);
+
+/* The same checks for statistics given as arrays (h, and cross or NULL, [(k+1) × (k+1)] F64, may
+ * be unaligned): the token count positive and equal to the [k][k] entries, every entry finite.
+ * `where` starts the error message (a file, or the API call). */
+tj_status tj_calib_stats_check(const char *where, const tj_prune_layer_in *L, const void *h, const void *cross,
+                               int64_t tokens, tj_error *err);
 
 typedef struct tj_calib_options {
     size_t size;     /* sizeof(tj_calib_options) */

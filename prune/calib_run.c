@@ -1,6 +1,8 @@
-/* The calibrated pruner's driver behind `tilejit prune --calibration ...` (tilejit/prune.h,
- * tj_prune_calibrated_run): the statistics per selected layer, the allocation (uniform, global
- * or measured), then the pattern and rebuilt weights, or the sweep file. */
+/* The calibrated pruner's drivers (tilejit/prune.h): tj_prune_calibrated_run behind `tilejit
+ * prune --calibration ...` (the statistics per selected layer from a file, the allocation —
+ * uniform, global or measured — then the pattern and rebuilt weights, or the sweep file), and
+ * tj_prune_calibrated_layers / tj_prune_calibrated_sweep_layer, the same pruner and sweep on
+ * arrays a caller holds in memory (python -m tilejit.calibrate). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -108,8 +110,8 @@ tj_status tj_prune_calibrated_run(const tj_st_file *wf, const tj_prune_layer_in 
     tj_prune_profile *prof = NULL;
     float **nw = NULL, **nb = NULL;
     double *pd = NULL;
+    int64_t *choice = NULL;
     int64_t **tile_keep = NULL;
-    char *bname = NULL;
     unsigned char *which = NULL;
     if ((s = tj_st_open(o->calibration, &cf, err)) != TJ_OK) {
         tj_error_prefix(err, "--calibration");
@@ -127,19 +129,9 @@ tj_status tj_prune_calibrated_run(const tj_st_file *wf, const tj_prune_layer_in 
         cl[l].in = &in[l];
         cl[l].density = 1.0 - opt.sparsity;
         if ((s = tj_calib_stats_find(cf, &in[l], &cl[l].stats, err)) != TJ_OK) goto done;
-        free(bname);
-        if (asprintf(&bname, "%s.bias", in[l].name) < 0) {
-            bname = NULL;
-            s = tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory");
-            goto done;
-        }
-        const tj_st_tensor *bt = tj_st_find(wf, bname);
+        const tj_st_tensor *bt;
+        if ((s = tj_prune_find_bias(wf, in[l].name, in[l].n, &bt, err)) != TJ_OK) goto done;
         if (bt) {
-            if (bt->ndim != 1 || bt->shape[0] != in[l].n || !bt->dtype_ok) {
-                s = tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "%s: '%s' is not an F32/F16/BF16 vector of %lld", weights,
-                            bname, (long long)in[l].n);
-                goto done;
-            }
             cl[l].bias = bt->data;
             cl[l].bdt = bt->dtype;
         }
@@ -184,11 +176,13 @@ tj_status tj_prune_calibrated_run(const tj_st_file *wf, const tj_prune_layer_in 
     } else if (o->allocation == TJ_PRUNE_ALLOC_MEASURED) {
         const char *profile_s = o->profile;
         if ((s = tj_prune_profile_load(profile_s, &prof, err)) != TJ_OK) goto done;
-        if (!(pd = malloc((size_t)prof->nl * sizeof *pd))) {
+        pd = malloc((size_t)prof->nl * sizeof *pd);
+        choice = malloc((size_t)prof->nl * sizeof *choice);
+        if (!pd || !choice) {
             s = tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory");
             goto done;
         }
-        if ((s = tj_prune_allocate(prof, opt.sparsity, o->budget_ms, pd, err)) != TJ_OK) goto done;
+        if ((s = tj_prune_allocate(prof, opt.sparsity, o->budget_ms, pd, choice, err)) != TJ_OK) goto done;
         for (int64_t l = 0; l < nl; l++) {
             int64_t j = 0;
             while (j < prof->nl && strcmp(prof->names[j], in[l].name) != 0) j++;
@@ -223,11 +217,7 @@ tj_status tj_prune_calibrated_run(const tj_st_file *wf, const tj_prune_layer_in 
         res->write_s = t2 - t1;
         if (o->budget_ms > 0 && prof && prof->time_ms) {
             double tsum = 0;
-            for (int64_t j = 0; j < prof->nl; j++) {
-                int64_t c = 0;
-                while (c < prof->nd && prof->densities[c] != pd[j]) c++;
-                if (c < prof->nd) tsum += prof->time_ms[j * prof->nd + c];
-            }
+            for (int64_t j = 0; j < prof->nl; j++) tsum += prof->time_ms[j * prof->nd + choice[j]];
             res->latency_ms = tsum;
         }
     }
@@ -241,10 +231,95 @@ done:
         if (nb) free(nb[l]);
         if (tile_keep) free(tile_keep[l]);
     }
-    free(nw), free(nb), free(tile_keep), free(cl), free(pd), free(bname), free(which);
+    free(nw), free(nb), free(tile_keep), free(cl), free(pd), free(choice), free(which);
     tj_prune_profile_destroy(prof);
     tj_pattern_destroy(p);
     tj_pattern_destroy(gp);
     tj_st_close(cf);
     return s;
+}
+
+/* ---- in memory: the same pruner and sweep for a driver that holds the model ---- */
+
+/* The internal layer of one in-memory layer, its statistics checked as a file's would be. */
+static tj_status calib_layer_of(const tj_prune_calibrated_layer *in, const char *where, tj_calib_layer *out,
+                                tj_error *err)
+{
+    const tj_prune_layer_in *L = &in->layer;
+    memset(out, 0, sizeof *out);
+    if (!L->name || !L->w || L->n < 1 || L->k < 1 || L->n > TJ_MAX_DIM || L->k > TJ_MAX_DIM || !in->hessian)
+        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "%s: a layer without name, weights, statistics or a valid shape",
+                       where);
+    TJ_TRY(tj_calib_stats_check(where, L, in->hessian, in->cross, in->tokens, err));
+    out->in = L;
+    out->bias = in->bias;
+    out->bdt = in->bdt;
+    out->stats = (tj_calib_stats){in->hessian, L->k + 1, in->tokens, in->cross};
+    out->density = in->density;
+    return TJ_OK;
+}
+
+static tj_calib_options calib_options_of(const tj_prune_calibrated_options *o)
+{
+    tj_calib_options co = tj_calib_options_default();
+    co.damp = o->damp;
+    co.threads = o->threads;
+    co.progress = o->progress;
+    co.progress_user = o->progress_user;
+    return co;
+}
+
+tj_status tj_prune_calibrated_layers(const tj_prune_calibrated_layer *in, int64_t nl,
+                                     const tj_prune_calibrated_options *o, tj_pattern **pattern, float *const *w,
+                                     float *const *b, tj_error *err)
+{
+    static const char where[] = "tj_prune_calibrated_layers";
+    if (pattern) *pattern = NULL;
+    if (!in || nl < 1 || !o || o->size < sizeof *o || !pattern || !w || !b)
+        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "%s: bad arguments", where);
+    tj_calib_options co = calib_options_of(o);
+    tj_calib_layer *cl = calloc((size_t)nl, sizeof *cl);
+    float **nw = calloc((size_t)nl, sizeof *nw), **nb = calloc((size_t)nl, sizeof *nb);
+    tj_pattern *p = NULL;
+    tj_status s = TJ_OK;
+    if (!cl || !nw || !nb) {
+        s = tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "%s: out of memory", where);
+        goto done;
+    }
+    for (int64_t l = 0; l < nl; l++) {
+        if (!w[l] || !b[l]) {
+            s = tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "%s: no output buffers for layer %lld", where, (long long)l);
+            goto done;
+        }
+        if ((s = calib_layer_of(&in[l], where, &cl[l], err)) != TJ_OK) goto done;
+    }
+    if ((s = tj_prune_calibrated(cl, nl, &o->prune, &co, &p, nw, nb, err)) != TJ_OK) goto done;
+    for (int64_t l = 0; l < nl; l++) {
+        memcpy(w[l], nw[l], (size_t)(in[l].layer.n * in[l].layer.k) * sizeof **w);
+        memcpy(b[l], nb[l], (size_t)in[l].layer.n * sizeof **b);
+    }
+    *pattern = p;
+    p = NULL;
+done:
+    for (int64_t l = 0; nw && nb && l < nl; l++) free(nw[l]), free(nb[l]);
+    free(nw), free(nb), free(cl);
+    tj_pattern_destroy(p);
+    return s;
+}
+
+tj_status tj_prune_calibrated_sweep_layer(const tj_prune_calibrated_layer *in, const double *densities, int64_t nd,
+                                          const tj_prune_calibrated_options *o, float *const *w, float *const *b,
+                                          double *errors, tj_error *err)
+{
+    static const char where[] = "tj_prune_calibrated_sweep_layer";
+    if (!in || !densities || nd < 1 || !o || o->size < sizeof *o || !w || !b)
+        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "%s: bad arguments", where);
+    for (int64_t j = 0; j < nd; j++)
+        if (w[j] && !b[j]) return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "%s: weights without a bias buffer", where);
+    tj_calib_layer cl;
+    TJ_TRY(calib_layer_of(in, where, &cl, err));
+    cl.density = 1; /* unused by the sweep, but checked */
+    tj_calib_options co = calib_options_of(o);
+    co.progress = NULL;
+    return tj_prune_calibrated_sweep(&cl, o->prune.g, densities, nd, &co, w, b, errors, err);
 }

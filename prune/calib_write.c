@@ -31,53 +31,28 @@ tj_status tj_prune_write_rebuilt(const tj_st_file *wf, const tj_pattern *p, cons
 {
     tj_status s = TJ_OK;
     int64_t nt = wf->ntensors, cap = nt + p->nlayers;
-    tj_st_out_tensor *outs = calloc((size_t)cap, sizeof *outs);
-    int64_t *layer_of = malloc((size_t)cap * sizeof *layer_of), *nshape = malloc((size_t)(p->nlayers ? p->nlayers : 1) * sizeof *nshape);
-    int *is_bias = calloc((size_t)cap, sizeof *is_bias);
+    tj_st_out_tensor *outs = calloc((size_t)(cap ? cap : 1), sizeof *outs);
+    int64_t *layer_of = malloc((size_t)(cap ? cap : 1) * sizeof *layer_of);
+    int64_t *nshape = malloc((size_t)(p->nlayers ? p->nlayers : 1) * sizeof *nshape);
+    int *is_bias = calloc((size_t)(cap ? cap : 1), sizeof *is_bias);
     char **extra = calloc((size_t)(p->nlayers ? p->nlayers : 1), sizeof *extra);
-    char *name = NULL;
     if (!outs || !layer_of || !nshape || !is_bias || !extra) goto oom;
-    for (int64_t i = 0; i < nt; i++) {
-        const tj_st_tensor *t = &wf->tensors[i];
-        outs[i] = (tj_st_out_tensor){t->name, t->dtype_str, t->ndim, t->shape, t->data, t->end - t->begin};
-        layer_of[i] = -1;
-    }
+    if ((s = tj_prune_map_layers(wf, p, outs, layer_of, err)) != TJ_OK) goto done;
     int64_t nout = nt;
     for (int64_t li = 0; li < p->nlayers; li++) {
         const tj_layer *l = &p->layers[li];
-        size_t len = strlen(l->name);
-        free(name);
-        if (!(name = malloc(len + 8))) goto oom;
-        memcpy(name, l->name, len);
-        memcpy(name + len, ".weight", 8);
-        const tj_st_tensor *t = tj_st_find(wf, name);
-        if (!t || t->ndim != 2 || t->shape[0] != l->n || t->shape[1] != l->k || !t->dtype_ok) {
-            s = tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "%s: no F32/F16/BF16 [%lld, %lld] tensor '%s' for layer '%s'", wf->path,
-                        (long long)l->n, (long long)l->k, name, l->name);
-            goto fail;
-        }
-        int64_t idx = t - wf->tensors;
-        if (layer_of[idx] >= 0) {
-            s = tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "pattern: layer '%s' appears twice", l->name);
-            goto fail;
-        }
-        layer_of[idx] = li;
-        outs[idx].data = NULL;
-        memcpy(name + len, ".bias", 6);
-        const tj_st_tensor *bt = tj_st_find(wf, name);
+        const tj_st_tensor *bt;
+        if ((s = tj_prune_find_bias(wf, l->name, l->n, &bt, err)) != TJ_OK) goto done;
         if (bt) {
-            if (bt->ndim != 1 || bt->shape[0] != l->n || !bt->dtype_ok) {
-                s = tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "%s: tensor '%s' is not an F32/F16/BF16 vector of %lld", wf->path,
-                            name, (long long)l->n);
-                goto fail;
-            }
-            idx = bt - wf->tensors;
+            int64_t idx = bt - wf->tensors;
             layer_of[idx] = li;
             is_bias[idx] = 1;
             outs[idx].data = NULL;
         } else {
-            extra[li] = name;
-            name = NULL;
+            size_t len = strlen(l->name);
+            if (!(extra[li] = malloc(len + 6))) goto oom;
+            memcpy(extra[li], l->name, len);
+            memcpy(extra[li] + len, ".bias", 6);
             nshape[li] = l->n;
             outs[nout] = (tj_st_out_tensor){extra[li], "F32", 1, &nshape[li], NULL, (uint64_t)l->n * 4};
             layer_of[nout] = li;
@@ -90,7 +65,6 @@ tj_status tj_prune_write_rebuilt(const tj_st_file *wf, const tj_pattern *p, cons
     goto done;
 oom:
     s = tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "%s: out of memory", path);
-fail:
 done:
     for (int64_t li = 0; extra && li < p->nlayers; li++) free(extra[li]);
     free(extra);
@@ -98,6 +72,5 @@ done:
     free(layer_of);
     free(nshape);
     free(is_bias);
-    free(name);
     return s;
 }

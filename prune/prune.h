@@ -50,6 +50,18 @@ tj_status tj_prune_select(const tj_st_file *weights, const char *regex, const tj
 tj_status tj_prune_write_weights(const tj_st_file *weights, const tj_pattern *p, const char *path,
                                  tj_error *err);
 
+/* The output tensor list of a weights file rewritten for a pattern (write.c, calib_write.c):
+ * outs[i] is wf's tensor i as it is (data borrowed), layer_of[i] = -1, except that each pattern
+ * layer's NAME.weight (checked: [n, k], F32/F16/BF16, no layer twice) gets layer_of = the layer
+ * and data NULL (the caller's fill function produces it). outs and layer_of: ntensors entries. */
+tj_status tj_prune_map_layers(const tj_st_file *wf, const tj_pattern *p, tj_st_out_tensor *outs, int64_t *layer_of,
+                              tj_error *err);
+
+/* A layer's NAME.bias in a weights file: *out NULL when there is none; an error when it is not
+ * an F32/F16/BF16 vector of n. */
+tj_status tj_prune_find_bias(const tj_st_file *wf, const char *layer, int64_t n, const tj_st_tensor **out,
+                             tj_error *err);
+
 /* Reads a pattern back from zeros in pruned weights, per layer (g = n when n < g): an input
  * feature is kept in a tile iff some weight of the tile's output features is nonzero there. Two
  * tilings are weighed: over all n output features, and over only those with a nonzero weight

@@ -143,6 +143,47 @@ def main():
     except ValueError:
         pass
 
+    wpath = os.path.join(mdir, "model.safetensors")
+    # the in-process pruner (tj_prune_calibrated_layers and _sweep_layer through ctypes, as the
+    # sequential prune and the profile use it) gives what `tilejit prune` gives from files: the
+    # q/k/v layers with H of their input and cross statistics against a perturbed input
+    grp = sorted(names[:3])  # natural name order, as tilejit prune orders them
+    k = dense_w[grp[0] + ".weight"].shape[1]
+    xq = rng.standard_normal((200, k)).astype(np.float32) * np.exp(rng.normal(0, 0.7, k)).astype(np.float32)
+    hq, gq = calibrate.gram(xq), calibrate.cross_gram(xq, xq + 0.1 * rng.standard_normal((200, k)).astype(np.float32))
+    spath = os.path.join(tmp, "stats-qkv.safetensors")
+    calibrate.save_stats(spath, calibrate.stats_tensors(grp, hq, 200, gq), "tiny")
+    r = subprocess.run([TJ, "prune", "--weights", wpath, "--calibration", spath, "--layers", calibrate.layer_regex(grp),
+                        "--g", g, "--sparsity", "0.5", "-o", os.path.join(tmp, "qkv.json"), "--pruned-weights",
+                        os.path.join(tmp, "qkv.safetensors"), "--quiet"], capture_output=True, text=True)
+    pr = calibrate.Pruner(int(g))
+    got, rebuilt = pr.prune([(n, dense_w[n + ".weight"], dense_w[n + ".bias"], hq, gq, 200, 0.5) for n in grp])
+    with open(os.path.join(tmp, "qkv.json")) as f:
+        want = json.load(f)["layers"] if r.returncode == 0 else None
+    qkv = safetensors.load(os.path.join(tmp, "qkv.safetensors")) if r.returncode == 0 else {}
+    check(r.returncode == 0 and got == want and
+          all(np.array_equal(rebuilt[i][0], qkv[n + ".weight"]) and np.array_equal(rebuilt[i][1], qkv[n + ".bias"])
+              for i, n in enumerate(grp)),
+          "in-process prune = tilejit prune --calibration (pattern, weights, biases of %d layers)" % len(grp))
+    r = subprocess.run([TJ, "prune", "--weights", wpath, "--calibration", os.path.join(out, "stats-dense.safetensors"),
+                        "--layers", calibrate.layer_regex(grp[:1]), "--g", g, "--sweep-out",
+                        os.path.join(tmp, "sweep.safetensors"), "--sweep-steps", "8", "--sweep-weights", "2,5",
+                        "--quiet"], capture_output=True, text=True)
+    sw = safetensors.load(os.path.join(tmp, "sweep.safetensors")) if r.returncode == 0 else {}
+    n0 = grp[0]
+    errs, ws = pr.sweep(n0, dense_w[n0 + ".weight"], dense_w[n0 + ".bias"], st[n0 + ".hessian"],
+                        int(st[n0 + ".tokens"][0]), 8, [2, 5])
+    check(r.returncode == 0 and np.array_equal(errs, sw[n0 + ".error"]) and sorted(ws) == [2, 5] and
+          all(np.array_equal(ws[j][0], sw["d%d/%s.weight" % (j, n0)]) and np.array_equal(ws[j][1], sw["d%d/%s.bias" % (j, n0)])
+              for j in (2, 5)), "in-process sweep = tilejit prune --sweep-out")
+    bad = hq.copy()
+    bad[k, k] = 199
+    try:
+        pr.prune([(grp[0], dense_w[grp[0] + ".weight"], dense_w[grp[0] + ".bias"], bad, None, 200, 0.5)])
+        check(False, "statistics whose token count disagrees must fail in process too")
+    except RuntimeError as e:
+        check("tokens" in str(e), "in process, bad statistics: %s" % e)
+
     # latency budget through the CLI: a made-up time table (ms = density · n · k / 1e4)
     for l in prof["layers"]:
         l["time_ms"] = [d * l["n"] * l["k"] / 1e4 for d in prof["densities"]]
@@ -150,7 +191,6 @@ def main():
     with open(tprof, "w") as f:
         json.dump(prof, f)
     full = sum(l["time_ms"][-1] for l in prof["layers"])
-    wpath = os.path.join(mdir, "model.safetensors")
     r = subprocess.run([TJ, "prune", "--weights", wpath, "--calibration", os.path.join(out, "stats-dense.safetensors"),
                         "--layers", calibrate.layer_regex(names), "--g", g, "--allocation", "measured", "--profile", tprof,
                         "--budget-ms", "%g" % (0.4 * full), "-o", os.path.join(tmp, "lat.json"), "--quiet"],

@@ -440,15 +440,16 @@ static void test_allocate(void)
     CHECK_OK(tj_prune_profile_load(good, &p, &err), &err);
     if (p) {
         double d[2];
-        CHECK_OK(tj_prune_allocate(p, 0.5, 0, d, &err), &err); /* 32 of 64 weights: a at 0.5 and b at 0.5 (0.4) beats a 1, b 0 (0.5) */
+        CHECK_OK(tj_prune_allocate(p, 0.5, 0, d, NULL, &err), &err); /* 32 of 64 weights: a at 0.5 and b at 0.5 (0.4) beats a 1, b 0 (0.5) */
         CHECK(d[0] == 0.5 && d[1] == 0.5);
-        CHECK_OK(tj_prune_allocate(p, 0.75, 0, d, &err), &err); /* 16: a 0.5, b 0 (0.6) beats a 0, b 0.5 (1.2) */
+        CHECK_OK(tj_prune_allocate(p, 0.75, 0, d, NULL, &err), &err); /* 16: a 0.5, b 0 (0.6) beats a 0, b 0.5 (1.2) */
         CHECK(d[0] == 0.5 && d[1] == 0);
-        CHECK_OK(tj_prune_allocate(p, 0, 3.01, d, &err), &err); /* 3 ms: a 0.5 + b 1 (0.1) beats a 1 + b 0.5 (0.3) */
-        CHECK(d[0] == 0.5 && d[1] == 1);
-        CHECK_OK(tj_prune_allocate(p, 0, 2.99, d, &err), &err); /* < 3 ms: a 0.5 + b 0.5 (0.4) beats a 1 + b 0 (0.5) */
+        int64_t choice[2] = {-1, -1};
+        CHECK_OK(tj_prune_allocate(p, 0, 3.01, d, choice, &err), &err); /* 3 ms: a 0.5 + b 1 (0.1) beats a 1 + b 0.5 (0.3) */
+        CHECK(d[0] == 0.5 && d[1] == 1 && choice[0] == 1 && choice[1] == 2);
+        CHECK_OK(tj_prune_allocate(p, 0, 2.99, d, NULL, &err), &err); /* < 3 ms: a 0.5 + b 0.5 (0.4) beats a 1 + b 0 (0.5) */
         CHECK(d[0] == 0.5 && d[1] == 0.5);
-        CHECK(tj_prune_allocate(p, 0, 0.5, d, &err) == TJ_OK && d[0] == 0 && d[1] == 0);
+        CHECK(tj_prune_allocate(p, 0, 0.5, d, NULL, &err) == TJ_OK && d[0] == 0 && d[1] == 0);
         tj_prune_profile_destroy(p);
     }
     const char *bad = write_file("bad.json",
@@ -552,6 +553,125 @@ static void test_bad_inputs(void)
     rl_free(&r);
 }
 
+/* The in-memory API (tj_prune_calibrated_layers, tj_prune_calibrated_sweep_layer) against the
+ * file path (tj_prune_calibrated_run on a weights and a statistics file) on the same two layers,
+ * one with cross statistics: the same pattern, the same rebuilt weights and biases, the same sweep. */
+static void test_in_memory(void)
+{
+    tj_error err = {0};
+    rl r[2];
+    rl_init(&r[0], 12, 10, 40, 91, 0.5);
+    rl_init(&r[1], 7, 16, 40, 92, 0.5);
+    rl_add_cross(&r[1], 93);
+    r[0].in.name = "blk.0.lin";
+    r[1].in.name = "blk.1.lin";
+    char wpath[512], spath[512], ppath[512], opath[512], sweep[512];
+    snprintf(wpath, sizeof wpath, "%s/mem-weights.safetensors", dir);
+    snprintf(spath, sizeof spath, "%s/mem-stats.safetensors", dir);
+    snprintf(ppath, sizeof ppath, "%s/mem-pattern.json", dir);
+    snprintf(opath, sizeof opath, "%s/mem-pruned.safetensors", dir);
+    snprintf(sweep, sizeof sweep, "%s/mem-sweep.safetensors", dir);
+    int64_t ws[2][2], bs[2], hs[2][2], one = 1, tok[2] = {40, 40};
+    tj_st_out_tensor wt[4], st[5];
+    char names[9][32];
+    for (int l = 0; l < 2; l++) {
+        ws[l][0] = r[l].n, ws[l][1] = r[l].k, bs[l] = r[l].n, hs[l][0] = hs[l][1] = r[l].k + 1;
+        snprintf(names[2 * l], 32, "blk.%d.lin.weight", l);
+        snprintf(names[2 * l + 1], 32, "blk.%d.lin.bias", l);
+        wt[2 * l] = (tj_st_out_tensor){names[2 * l], "F32", 2, ws[l], r[l].w, (uint64_t)(r[l].n * r[l].k) * 4};
+        wt[2 * l + 1] = (tj_st_out_tensor){names[2 * l + 1], "F32", 1, &bs[l], r[l].b, (uint64_t)r[l].n * 4};
+        snprintf(names[4 + 2 * l], 32, "blk.%d.lin.hessian", l);
+        snprintf(names[5 + 2 * l], 32, "blk.%d.lin.tokens", l);
+        uint64_t hb = (uint64_t)((r[l].k + 1) * (r[l].k + 1)) * 8;
+        st[2 * l] = (tj_st_out_tensor){names[4 + 2 * l], "F64", 2, hs[l], r[l].h, hb};
+        st[2 * l + 1] = (tj_st_out_tensor){names[5 + 2 * l], "I64", 1, &one, &tok[l], 8};
+    }
+    snprintf(names[8], 32, "blk.1.lin.cross");
+    st[4] = (tj_st_out_tensor){names[8], "F64", 2, hs[1], r[1].gc, (uint64_t)(17 * 17) * 8};
+    CHECK_OK(tj_st_write(wpath, wt, 4, NULL, &err), &err);
+    CHECK_OK(tj_st_write(spath, st, 5, NULL, &err), &err);
+
+    tj_prune_calibrated_options o = tj_prune_calibrated_options_default();
+    o.prune.g = 4;
+    o.prune.sparsity = 0.5;
+    o.damp = 0.01;
+    o.threads = 2;
+    o.calibration = spath;
+    o.pattern_out = ppath;
+    o.pruned_out = opath;
+    tj_st_file *wf = NULL, *of = NULL;
+    tj_prune_layer_in *in = NULL;
+    int64_t nl = 0;
+    tj_pattern *pf = NULL, *pm = NULL;
+    CHECK_OK(tj_st_open(wpath, &wf, &err), &err);
+    if (wf) CHECK_OK(tj_prune_select(wf, NULL, NULL, &in, &nl, &err), &err);
+    if (in && nl == 2) CHECK_OK(tj_prune_calibrated_run(wf, in, nl, &o, &pf, NULL, &err), &err);
+    CHECK_OK(tj_st_open(opath, &of, &err), &err);
+
+    tj_prune_calibrated_layer ml[2];
+    float *mw[2], *mb[2];
+    for (int l = 0; l < 2; l++) {
+        ml[l] = (tj_prune_calibrated_layer){r[l].in, r[l].b, TJ_F32, r[l].h, r[l].gc, 40, 0.5};
+        mw[l] = malloc((size_t)(r[l].n * r[l].k) * sizeof(float));
+        mb[l] = malloc((size_t)r[l].n * sizeof(float));
+        for (int64_t i = 0; i < r[l].n * r[l].k; i++) mw[l][i] = NAN; /* poison: every element must be written */
+        for (int64_t i = 0; i < r[l].n; i++) mb[l][i] = NAN;
+    }
+    CHECK_OK(tj_prune_calibrated_layers(ml, 2, &o, &pm, mw, mb, &err), &err);
+    if (pf && pm && of) {
+        char *jf = tj_pattern_to_json(pf), *jm = tj_pattern_to_json(pm);
+        CHECK(jf && jm && strcmp(jf, jm) == 0);
+        free(jf), free(jm);
+        for (int l = 0; l < 2; l++) {
+            const tj_st_tensor *tw = tj_st_find(of, names[2 * l]), *tb = tj_st_find(of, names[2 * l + 1]);
+            CHECK(tw && tb && memcmp(tw->data, mw[l], (size_t)(r[l].n * r[l].k) * 4) == 0 &&
+                  memcmp(tb->data, mb[l], (size_t)r[l].n * 4) == 0);
+        }
+    }
+    /* the sweep of the layer with cross statistics... the file path sweeps with the file's
+     * statistics, cross included */
+    o.sweep_out = sweep;
+    o.sweep_steps = 4;
+    o.sweep_weights = "1,2";
+    if (in && nl == 2) CHECK_OK(tj_prune_calibrated_run(wf, in, nl, &o, NULL, NULL, &err), &err);
+    tj_st_file *sw = NULL;
+    CHECK_OK(tj_st_open(sweep, &sw, &err), &err);
+    const double dens[4] = {0, 0.25, 0.5, 0.75};
+    for (int l = 0; l < 2 && sw; l++) {
+        float *w4[4] = {NULL}, *b4[4] = {NULL};
+        double e4[4];
+        w4[2] = malloc((size_t)(r[l].n * r[l].k) * sizeof(float));
+        b4[2] = malloc((size_t)r[l].n * sizeof(float));
+        CHECK_OK(tj_prune_calibrated_sweep_layer(&ml[l], dens, 4, &o, w4, b4, e4, &err), &err);
+        char nm[48];
+        snprintf(nm, sizeof nm, "d2/blk.%d.lin.weight", l);
+        const tj_st_tensor *tw = tj_st_find(sw, nm);
+        snprintf(nm, sizeof nm, "blk.%d.lin.error", l);
+        const tj_st_tensor *te = tj_st_find(sw, nm);
+        CHECK(tw && memcmp(tw->data, w4[2], (size_t)(r[l].n * r[l].k) * 4) == 0);
+        CHECK(te && memcmp(te->data, e4, sizeof e4) == 0 && e4[0] > e4[3]);
+        free(w4[2]), free(b4[2]);
+    }
+    tj_st_close(sw);
+    /* bad statistics and arguments */
+    double corner = r[0].h[10 * 11 + 10];
+    r[0].h[10 * 11 + 10] = 39; /* disagrees with the 40 tokens */
+    tj_pattern *pb = NULL;
+    tj_status s = tj_prune_calibrated_layers(ml, 2, &o, &pb, mw, mb, &err);
+    CHECKF(s == TJ_ERR_FORMAT && strstr(err.msg, "tokens") && strstr(err.msg, "blk.0.lin") && !pb, "%s", err.msg);
+    r[0].h[10 * 11 + 10] = corner;
+    ml[1].cross = NULL;
+    ml[1].hessian = NULL;
+    CHECK(tj_prune_calibrated_layers(ml, 2, &o, &pb, mw, mb, &err) == TJ_ERR_INVALID_ARGUMENT && !pb);
+    float *none[2] = {mw[0], NULL};
+    CHECK(tj_prune_calibrated_layers(ml, 1, &o, &pb, none + 1, mb, &err) == TJ_ERR_INVALID_ARGUMENT);
+    for (int l = 0; l < 2; l++) free(mw[l]), free(mb[l]), rl_free(&r[l]);
+    tj_pattern_destroy(pf), tj_pattern_destroy(pm);
+    free(in);
+    tj_st_close(of);
+    tj_st_close(wf);
+}
+
 int main(void)
 {
     snprintf(dir, sizeof dir, "/tmp/tj_test_prune_calib_XXXXXX");
@@ -563,6 +683,7 @@ int main(void)
     test_knapsack();
     test_allocate();
     test_bad_inputs();
+    test_in_memory();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);

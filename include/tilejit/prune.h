@@ -109,9 +109,11 @@ TJ_API void tj_prune_profile_destroy(tj_prune_profile *p);
 /* Per-layer densities from a profile: with budget_ms ≤ 0, the kept weights of all profile
  * layers (round(d·k)·n each) stay within (1 − sparsity) of their total; with budget_ms > 0,
  * their summed time_ms stays within budget_ms (times quantised to budget/4096, rounded up, so
- * the budget is never exceeded). density[l] for profile layer l. */
+ * the budget is never exceeded). density[l] for profile layer l; choice (NULL, or nl entries)
+ * gets the index of that density in p->densities (the knapsack's pick, so a caller needs no float
+ * comparison to find its loss or time). */
 TJ_API tj_status tj_prune_allocate(const tj_prune_profile *p, double sparsity, double budget_ms, double *density,
-                            tj_error *err);
+                                   int64_t *choice, tj_error *err);
 
 /* ---- calibrated pruning (`tilejit prune --calibration ...`) ------------------------------- */
 
@@ -159,6 +161,41 @@ typedef struct tj_prune_calibrated_result {
 TJ_API tj_status tj_prune_calibrated_run(const tj_st_file *weights, const tj_prune_layer_in *in, int64_t nlayers,
                                          const tj_prune_calibrated_options *o, tj_pattern **pattern,
                                          tj_prune_calibrated_result *res, tj_error *err);
+
+/* ---- calibrated pruning in memory (a driver that holds the model and collects the statistics
+ * itself, as python -m tilejit.calibrate does): the same pruner, no files. */
+
+/* One layer and the statistics of its inputs, as the statistics file holds them (NAME.hessian,
+ * NAME.cross, NAME.tokens). All borrowed for the call. */
+typedef struct tj_prune_calibrated_layer {
+    tj_prune_layer_in layer; /* name, n, k, w, wdt (score ignored) */
+    const void *bias;        /* [n] in bdt, or NULL (the original bias is 0) */
+    tj_dtype bdt;
+    const double *hessian;   /* [(k+1) × (k+1)] row-major: Σ over tokens of x̃ x̃ᵀ, x̃ = [x, 1] */
+    const double *cross;     /* NULL (the target is the layer's own output), or [(k+1) × (k+1)]
+                                Σ x̃ x̃_refᵀ (the target is the dense model's output) */
+    int64_t tokens;          /* tokens summed: must equal hessian[k][k] (and cross[k][k]) */
+    double density;          /* kept fraction of the layer's weights, in [0, 1] (tew: both parts) */
+} tj_prune_calibrated_layer;
+
+/* Prunes and rebuilds the layers, each at its density: what tj_prune_calibrated_run does once it
+ * has read the statistics and allocated the densities (the same code). Used from o: prune.mode,
+ * prune.g, prune.ew_fraction, prune.tew_base, damp, threads, progress; the file and allocation
+ * fields are ignored. w[l] ([n × k]) and b[l] ([n]) are the caller's float32 buffers: they
+ * receive the rebuilt weights (zero outside the mask) and bias. *pattern gets the pattern (layers
+ * in the order given, activation none; tj_pattern_destroy). Errors: statistics that fail the
+ * checks a statistics file gets (token count, non-finite entries), a singular H, bad arguments. */
+TJ_API tj_status tj_prune_calibrated_layers(const tj_prune_calibrated_layer *in, int64_t nlayers,
+                                            const tj_prune_calibrated_options *o, tj_pattern **pattern,
+                                            float *const *w, float *const *b, tj_error *err);
+
+/* One layer's tw1 sweep, as --sweep-out computes it: for each j < nd, w[j] ([n × k], or NULL to
+ * skip) and b[j] ([n], needed where w[j] is given) receive the rebuild at densities[j]; errors (nd
+ * entries, or NULL) the relative output error at each density. Used from o: prune.g, damp,
+ * threads; in->density is ignored. */
+TJ_API tj_status tj_prune_calibrated_sweep_layer(const tj_prune_calibrated_layer *in, const double *densities,
+                                                 int64_t nd, const tj_prune_calibrated_options *o, float *const *w,
+                                                 float *const *b, double *errors, tj_error *err);
 
 #ifdef __cplusplus
 }

@@ -115,6 +115,89 @@ class LayerInfo(ctypes.Structure):
     ]
 
 
+# --- tilejit/prune.h: the calibrated pruner in memory (docs/pruning-calibrated.md) --------------
+TJ_F32, TJ_F16, TJ_BF16 = 0, 1, 2
+PRUNE_MODES = {"tw1": 1, "tw2": 2, "tew": 3}
+
+
+class Error(ctypes.Structure):
+    """tj_error (tilejit.h)."""
+    _fields_ = [("status", ctypes.c_int), ("msg", ctypes.c_char * 4096)]
+
+
+class PruneOptions(ctypes.Structure):
+    """tj_prune_options."""
+    _fields_ = [
+        ("size", ctypes.c_size_t),
+        ("sparsity", ctypes.c_double),
+        ("g", ctypes.c_int64),
+        ("mode", ctypes.c_int),
+        ("tew_base", ctypes.c_int),
+        ("ew_fraction", ctypes.c_double),
+    ]
+
+
+class CalibratedOptions(ctypes.Structure):
+    """tj_prune_calibrated_options (set by tj_prune_calibrated_options_default)."""
+    _fields_ = [
+        ("size", ctypes.c_size_t),
+        ("prune", PruneOptions),
+        ("calibration", ctypes.c_char_p),
+        ("allocation", ctypes.c_int),
+        ("profile", ctypes.c_char_p),
+        ("budget_ms", ctypes.c_double),
+        ("damp", ctypes.c_double),
+        ("threads", ctypes.c_int),
+        ("sweep_out", ctypes.c_char_p),
+        ("sweep_steps", ctypes.c_int64),
+        ("sweep_weights", ctypes.c_char_p),
+        ("pattern_out", ctypes.c_char_p),
+        ("pruned_out", ctypes.c_char_p),
+        ("progress", ctypes.c_void_p),
+        ("progress_user", ctypes.c_void_p),
+    ]
+
+
+class PruneLayerIn(ctypes.Structure):
+    """tj_prune_layer_in."""
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("n", ctypes.c_int64),
+        ("k", ctypes.c_int64),
+        ("w", ctypes.c_void_p),
+        ("wdt", ctypes.c_int),
+        ("score", ctypes.c_void_p),
+        ("sdt", ctypes.c_int),
+    ]
+
+
+class CalibratedLayer(ctypes.Structure):
+    """tj_prune_calibrated_layer."""
+    _fields_ = [
+        ("layer", PruneLayerIn),
+        ("bias", ctypes.c_void_p),
+        ("bdt", ctypes.c_int),
+        ("hessian", ctypes.c_void_p),
+        ("cross", ctypes.c_void_p),
+        ("tokens", ctypes.c_int64),
+        ("density", ctypes.c_double),
+    ]
+
+
+class PruneProfile(ctypes.Structure):
+    """tj_prune_profile (the loss table)."""
+    _fields_ = [
+        ("nd", ctypes.c_int64),
+        ("nl", ctypes.c_int64),
+        ("densities", ctypes.POINTER(ctypes.c_double)),
+        ("names", ctypes.POINTER(ctypes.c_char_p)),
+        ("n", ctypes.POINTER(ctypes.c_int64)),
+        ("k", ctypes.POINTER(ctypes.c_int64)),
+        ("loss", ctypes.POINTER(ctypes.c_double)),
+        ("time_ms", ctypes.POINTER(ctypes.c_double)),
+    ]
+
+
 def _candidates():
     env = os.environ.get("TILEJIT_LIBRARY")
     if env:
@@ -161,6 +244,19 @@ def _declare(lib):
         "tj_prune_tensors": (c.c_int, [c.c_void_p, P(NamedTensor), c.c_int64, P(PruneParams),
                                        P(c.c_void_p)]),
         "tj_free": (None, [c.c_void_p]),
+        # tilejit/prune.h, tilejit/pattern.h: the calibrated pruner in memory
+        "tj_prune_calibrated_options_default": (CalibratedOptions, []),
+        "tj_prune_calibrated_layers": (c.c_int, [P(CalibratedLayer), c.c_int64, P(CalibratedOptions),
+                                                 P(c.c_void_p), P(c.c_void_p), P(c.c_void_p), P(Error)]),
+        "tj_prune_calibrated_sweep_layer": (c.c_int, [P(CalibratedLayer), P(c.c_double), c.c_int64,
+                                                      P(CalibratedOptions), P(c.c_void_p), P(c.c_void_p),
+                                                      P(c.c_double), P(Error)]),
+        "tj_prune_profile_load": (c.c_int, [c.c_char_p, P(P(PruneProfile)), P(Error)]),
+        "tj_prune_profile_destroy": (None, [P(PruneProfile)]),
+        "tj_prune_allocate": (c.c_int, [P(PruneProfile), c.c_double, c.c_double, P(c.c_double), P(c.c_int64),
+                                        P(Error)]),
+        "tj_pattern_to_json": (c.c_void_p, [c.c_void_p]),
+        "tj_pattern_destroy": (None, [c.c_void_p]),
     }
     for name, sig in optional.items():
         if hasattr(lib, name):

@@ -102,10 +102,48 @@ class WordPiece:
         return [self.vocab["[CLS]"]] + [self.vocab[t] for t in toks] + [self.vocab["[SEP]"]]
 
 
+def _row_blocks(fn, x, out):
+    """fn(x[r0:r1], out[r0:r1]) over blocks of rows small enough to stay in cache (the element-wise
+    chains pass over their arrays many times), the blocks spread over every core (NumPy's
+    element-wise loops release the GIL). Each row's result does not depend on the others, so this
+    is the same arithmetic as one call."""
+    rows = x.shape[0]
+    sub = max(16, 65536 // max(1, x.size // max(1, rows)))  # ~256 KB of float32 per array
+
+    def run(r0, r1):
+        for r in range(r0, r1, sub):
+            fn(x[r:min(r + sub, r1)], out[r:min(r + sub, r1)])
+    nt = min(_THREADS, max(1, rows // 256))
+    if nt <= 1:
+        run(0, rows)
+        return out
+    step = -(-rows // nt)
+    list(_pool().map(lambda r: run(r, min(r + step, rows)), range(0, rows, step)))
+    return out
+
+
+_THREADS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+_POOL = None
+
+
+def _pool():
+    global _POOL
+    if _POOL is None:
+        from concurrent.futures import ThreadPoolExecutor
+        _POOL = ThreadPoolExecutor(_THREADS)
+    return _POOL
+
+
 def layer_norm(x, w, b, eps):
-    mu = x.mean(-1, keepdims=True)
-    var = ((x - mu) ** 2).mean(-1, keepdims=True)
-    return (x - mu) / np.sqrt(var + eps) * w + b
+    def rows(x, out):
+        mu = x.mean(-1, keepdims=True)
+        np.subtract(x, mu, out=out)
+        var = np.square(out).mean(-1, keepdims=True)
+        var += eps
+        out /= np.sqrt(var)
+        out *= w
+        out += b
+    return _row_blocks(rows, x, np.empty_like(x))
 
 
 def _erf(x):
@@ -117,8 +155,37 @@ def _erf(x):
     return np.sign(x) * y
 
 
+def _gelu_rows(x, out):
+    """gelu of x into out: _erf's and gelu's operations in the same order, in place (no
+    temporaries the size of x beyond two)."""
+    a = np.divide(x, math.sqrt(2.0))
+    np.sign(a, out=out)
+    np.abs(a, out=a)
+    t = 0.3275911 * a
+    t += 1.0
+    np.divide(1.0, t, out=t)
+    p = 1.061405429 * t
+    p -= 1.453152027
+    p *= t
+    p += 1.421413741
+    p *= t
+    p -= 0.284496736
+    p *= t
+    p += 0.254829592
+    p *= t
+    np.square(a, out=a)
+    np.negative(a, out=a)
+    np.exp(a, out=a)
+    p *= a
+    np.subtract(1.0, p, out=p)
+    out *= p          # erf(x / √2)
+    out += 1.0
+    np.multiply(x, 0.5, out=a)
+    out *= a
+
+
 def gelu(x):
-    return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))
+    return _row_blocks(_gelu_rows, x, np.empty_like(x))
 
 
 def linear_names(config):
@@ -162,8 +229,9 @@ class Bert:
 
     def _linear(self, name, x):
         y = x @ self._t(name + ".weight", True)
-        b = self.w.get(name + ".bias")
-        return y + self._t(name + ".bias") if b is not None else y
+        if self.w.get(name + ".bias") is not None:
+            y += self._t(name + ".bias")
+        return y
 
     # --- stages -----------------------------------------------------------------------------
     def embeddings(self, seqs):
@@ -185,13 +253,25 @@ class Bert:
         q, k, v = (self.linear(p + n, x) for n in ("query", "key", "value"))
         ctx = np.empty_like(q)
         scale = 1.0 / math.sqrt(hd)
-        for s in range(len(offs) - 1):
-            a, b = offs[s], offs[s + 1]
-            qs, ks, vs = (m[a:b].reshape(b - a, nh, hd).transpose(1, 0, 2) for m in (q, k, v))
-            sc = qs @ ks.transpose(0, 2, 1) * scale
+        # sentences of one length at a time: [B × heads × L × hd] batched products, each
+        # sentence its own attention (no padding), far fewer Python steps than one per sentence;
+        # the lengths are spread over the cores (NumPy releases the GIL in these loops)
+        lens = np.diff(offs)
+
+        def group(n):
+            idx = (offs[:-1][lens == n][:, None] + np.arange(n)).reshape(-1)
+            bsz = idx.size // n
+            qs, ks, vs = (m[idx].reshape(bsz, n, nh, hd).transpose(0, 2, 1, 3) for m in (q, k, v))
+            sc = qs @ ks.transpose(0, 1, 3, 2) * scale
             sc = np.exp(sc - sc.max(-1, keepdims=True))
             sc /= sc.sum(-1, keepdims=True)
-            ctx[a:b] = (sc @ vs).transpose(1, 0, 2).reshape(b - a, nh * hd)
+            ctx[idx] = (sc @ vs).transpose(0, 2, 1, 3).reshape(bsz * n, nh * hd)
+        uniq = np.unique(lens)[::-1]  # longest first: the costliest groups start early
+        if _THREADS > 1 and len(uniq) > 1:
+            list(_pool().map(group, uniq))
+        else:
+            for n in uniq:
+                group(n)
         return ctx
 
     def attention_out(self, i, ctx, x):
@@ -264,7 +344,7 @@ def fortunes_corpus(root="/usr/share/games/fortunes",
         for e in text.split("\n%\n"):
             e = re.sub(r"\n\s*--.*$", "", e.strip(), flags=re.S)
             e = " ".join(e.split())
-            if 40 <= len(e) <= 300 and sum(c.isalpha() for c in e) > 0.6 * len(e):
+            if 40 <= len(e) <= 300 and sum(map(str.isalpha, e)) > 0.6 * len(e):
                 seen.add(e)
     return sorted(seen, key=lambda s: hashlib.sha1(s.encode()).hexdigest())
 

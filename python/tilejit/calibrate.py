@@ -1,28 +1,34 @@
-"""Calibrated tile-wise pruning of a BERT-family checkpoint: the driver around `tilejit prune
---calibration` (the maths runs in the C library; this module runs the model).
+"""Calibrated tile-wise pruning of a BERT-family checkpoint: the driver that runs the model and
+calls libtilejit's calibrated pruner (tilejit/prune.h; the maths runs in C, the same code as
+`tilejit prune --calibration`, here in this process through ctypes, without files between them).
 
     python -m tilejit.calibrate --model default-model/all-MiniLM-L6-v2 --sparsity 0.5 --out OUT
 
-1. calibration statistics of every linear layer from the dense model (H = X̃ᵀX̃, X̃ = [X, 1], float64,
-   over the calibration sentences) → OUT/stats-dense.safetensors (format: docs/pruning-calibrated.md;
-   needed by the profile and the one-shot prune only);
-2. with --allocation measured: the profile. Each layer alone is rebuilt at densities j/16 by
-   `tilejit prune --sweep-out` and the model's output (mean-pooled embedding) on held-out
-   calibration sentences is compared with the dense one: loss = 1 − cosine → OUT/profile.json;
+1. calibration statistics of every linear layer from the dense model (H = X̃ᵀX̃, X̃ = [X, 1], float64
+   sums of float32 products, over the calibration sentences), kept in memory and written to
+   OUT/stats-dense.safetensors (format: docs/pruning-calibrated.md; for --reuse-profile and the
+   one-shot prune). With the sequential dense-target prune, the dense model's input of every stage
+   is kept too (about 1.5 GB for MiniLM and 1,024 sentences), so the dense model runs once;
+2. with --allocation measured: the profile. Each layer alone is rebuilt at densities j/16 by the
+   library's sweep (tj_prune_calibrated_sweep_layer; the next layer's sweep runs while the model
+   runs for this one) and the model's output (mean-pooled embedding) on held-out calibration
+   sentences is compared with the dense one: loss = 1 − cosine → OUT/profile.json. The model runs
+   from the pruned layer's stage on, from cached dense inputs, all measured densities in one pass;
    with --latency, per-layer times at each density from `tilejit bench` go into the same table;
 3. the prune itself, sequentially (default): block by block and stage by stage (query/key/value,
    attention output, intermediate, output), each stage's statistics are collected from the model
    with every earlier stage already pruned, together with the cross statistics X̃ᵀX̃_ref against the
    dense model's input of the same stage (--target dense, the default: the rebuild then matches the
-   dense model's output, not the layer's own output on drifted inputs), and `tilejit prune`
-   rebuilds that stage's layers
-   (the allocation is computed over the whole profile every time, so it is the same for all
-   stages) → OUT/pattern.json, OUT/pruned.safetensors;
+   dense model's output, not the layer's own output on drifted inputs), and the library
+   (tj_prune_calibrated_layers) rebuilds that stage's layers at the densities allocated once over
+   the whole profile (tj_prune_allocate) → OUT/pattern.json, OUT/pruned.safetensors. With
+   --no-sequential or --allocation global: one `tilejit prune --calibration` call instead;
 4. with --evaluate N: the mean embedding cosine to the dense model on N evaluation sentences.
 
 Sentences: Debian's `fortunes` package, split deterministically and disjointly (tilejit.bert.
 corpus_split): evaluation, calibration statistics, allocation profile."""
 import argparse
+import ctypes
 import json
 import os
 import re
@@ -56,8 +62,8 @@ def gram(x, chunk=2048):
     h = np.zeros((k + 1, k + 1))
     for s in range(0, t, chunk):
         xs = np.asarray(x[s:s + chunk], dtype=np.float32)
-        h[:k, :k] += (xs.T @ xs).astype(np.float64)
-        col = xs.astype(np.float64).sum(0)
+        h[:k, :k] += xs.T @ xs  # float32 products, added in float64
+        col = xs.sum(0, dtype=np.float64)
         h[:k, k] += col
         h[k, :k] += col
     h[k, k] = t
@@ -74,23 +80,21 @@ def cross_gram(x, xref, chunk=2048):
     for s in range(0, t, chunk):
         xs = np.asarray(x[s:s + chunk], dtype=np.float32)
         rs = np.asarray(xref[s:s + chunk], dtype=np.float32)
-        g[:k, :k] += (xs.T @ rs).astype(np.float64)
-        g[:k, k] += xs.astype(np.float64).sum(0)
-        g[k, :k] += rs.astype(np.float64).sum(0)
+        g[:k, :k] += xs.T @ rs
+        g[:k, k] += xs.sum(0, dtype=np.float64)
+        g[k, :k] += rs.sum(0, dtype=np.float64)
     g[k, k] = t
     return g
 
 
-def stats_tensors(names, x, xref=None):
-    """The statistics file's tensors for layers sharing the input x; with xref (the dense model's
-    input of the same layers for the same tokens) also NAME.cross, so that the rebuild targets the
-    dense model's output."""
-    h = gram(x)
-    g = cross_gram(x, xref) if xref is not None else None
+def stats_tensors(names, h, tokens, g=None):
+    """The statistics file's tensors for layers sharing one input: H (gram), the token count and,
+    with g (cross_gram against the dense model's input), NAME.cross, so that the rebuild targets
+    the dense model's output."""
     out = {}
     for n in names:
         out[n + ".hessian"] = h
-        out[n + ".tokens"] = np.array([x.shape[0]], dtype=np.int64)
+        out[n + ".tokens"] = np.array([tokens], dtype=np.int64)
         if g is not None:
             out[n + ".cross"] = g
     return out
@@ -98,6 +102,112 @@ def stats_tensors(names, x, xref=None):
 
 def save_stats(path, tensors, model_name):
     safetensors.save(path, tensors, {"format": "tilejit-calibration", "version": "1", "model": model_name})
+
+
+class Pruner:
+    """libtilejit's calibrated pruner in this process: tj_prune_calibrated_layers and
+    tj_prune_calibrated_sweep_layer (tilejit/prune.h), the code behind `tilejit prune
+    --calibration` and `--sweep-out`, given the weights and statistics as arrays instead of files."""
+
+    def __init__(self, g, mode="tw1", ew=None, damp=None, threads=0):
+        from . import _lib
+        self.lib = _lib.library()
+        if not hasattr(self.lib, "tj_prune_calibrated_layers"):
+            raise OSError("%s has no tj_prune_calibrated_layers: rebuild it (scripts/build)" % self.lib._tilejit_path)
+        self._lib = _lib
+        o = self.lib.tj_prune_calibrated_options_default()
+        o.prune.g = int(g)
+        o.prune.mode = _lib.PRUNE_MODES[mode]
+        if ew is not None:
+            o.prune.ew_fraction = float(ew)
+        if damp is not None:
+            o.damp = float(damp)
+        o.threads = int(threads)
+        self.o = o
+
+    def _layer(self, name, w, b, h, cross, tokens, density, keep):
+        """The tj_prune_calibrated_layer of one layer; `keep` holds the arrays it points into."""
+        L = self._lib.CalibratedLayer()
+        w = np.ascontiguousarray(w, dtype=np.float32)
+        h = np.ascontiguousarray(h, dtype=np.float64)
+        nm = name.encode()
+        keep += [w, h, nm]
+        L.layer.name = nm
+        L.layer.n, L.layer.k = w.shape
+        L.layer.w, L.layer.wdt = w.ctypes.data, self._lib.TJ_F32
+        if h.shape != (w.shape[1] + 1,) * 2:
+            raise ValueError("%s: statistics of shape %s for a layer of shape %s" % (name, h.shape, w.shape))
+        L.hessian, L.tokens, L.density = h.ctypes.data, int(tokens), float(density)
+        if b is not None:
+            b = np.ascontiguousarray(b, dtype=np.float32)
+            keep.append(b)
+            L.bias, L.bdt = b.ctypes.data, self._lib.TJ_F32
+        if cross is not None:
+            cross = np.ascontiguousarray(cross, dtype=np.float64)
+            if cross.shape != h.shape:
+                raise ValueError("%s: cross statistics of shape %s, H %s" % (name, cross.shape, h.shape))
+            keep.append(cross)
+            L.cross = cross.ctypes.data
+        return L
+
+    def _fail(self, what, err):
+        raise RuntimeError("tilejit: %s: %s" % (what, err.msg.decode(errors="replace")))
+
+    def prune(self, layers):
+        """layers: [(name, w, b or None, H, cross or None, tokens, density)] → (the pattern's layer
+        objects, in the order given; [(rebuilt weights, bias)] as float32 arrays)."""
+        c, keep = ctypes, []
+        arr = (self._lib.CalibratedLayer * len(layers))(*[self._layer(*l, keep=keep) for l in layers])
+        outs = [(np.empty(l[1].shape, np.float32), np.empty(l[1].shape[0], np.float32)) for l in layers]
+        wp = (c.c_void_p * len(layers))(*[w.ctypes.data for w, _ in outs])
+        bp = (c.c_void_p * len(layers))(*[b.ctypes.data for _, b in outs])
+        pat, err = c.c_void_p(), self._lib.Error()
+        if self.lib.tj_prune_calibrated_layers(arr, len(layers), c.byref(self.o), c.byref(pat), wp, bp, c.byref(err)):
+            self._fail("prune", err)
+        text = self.lib.tj_pattern_to_json(pat)
+        try:
+            if not text:
+                raise MemoryError("tilejit: out of memory serialising the pattern")
+            doc = json.loads(c.string_at(text).decode())
+        finally:
+            self.lib.tj_free(text)
+            self.lib.tj_pattern_destroy(pat)
+        return doc["layers"], outs
+
+    def sweep(self, name, w, b, h, tokens, steps, which):
+        """The layer rebuilt at densities j/steps (j = 0 .. steps − 1): (its relative output error at
+        each, {j: (weights, bias)} for the j in `which`)."""
+        c, keep = ctypes, []
+        L = self._layer(name, w, b, h, None, tokens, 1.0, keep)
+        n, k = L.layer.n, L.layer.k
+        outs = {j: (np.empty((n, k), np.float32), np.empty(n, np.float32)) for j in which}
+        wp = (c.c_void_p * steps)(*[outs[j][0].ctypes.data if j in outs else None for j in range(steps)])
+        bp = (c.c_void_p * steps)(*[outs[j][1].ctypes.data if j in outs else None for j in range(steps)])
+        dens = (c.c_double * steps)(*[j / steps for j in range(steps)])
+        errors = (c.c_double * steps)()
+        err = self._lib.Error()
+        if self.lib.tj_prune_calibrated_sweep_layer(c.byref(L), dens, steps, c.byref(self.o), wp, bp, errors,
+                                                    c.byref(err)):
+            self._fail("sweep of " + name, err)
+        return np.array(errors[:], dtype=np.float64), outs
+
+    def allocate(self, profile_path, sparsity, budget_ms):
+        """{layer: density} over the loss table (the knapsack of `tilejit prune --allocation
+        measured`; tew keeps at least its residual, as there)."""
+        c = ctypes
+        prof, err = c.POINTER(self._lib.PruneProfile)(), self._lib.Error()
+        if self.lib.tj_prune_profile_load(profile_path.encode(), c.byref(prof), c.byref(err)):
+            self._fail(profile_path, err)
+        try:
+            nl = prof.contents.nl
+            dens = (c.c_double * nl)()
+            if self.lib.tj_prune_allocate(prof, float(sparsity or 0), float(budget_ms or 0), dens, None, c.byref(err)):
+                self._fail("allocation", err)
+            names = [prof.contents.names[i].decode() for i in range(nl)]
+        finally:
+            self.lib.tj_prune_profile_destroy(prof)
+        ew = self.o.prune.ew_fraction if self.o.prune.mode == self._lib.PRUNE_MODES["tew"] else 0.0
+        return {n: max(d, ew) for n, d in zip(names, dens)}
 
 
 class Stages:
@@ -135,6 +245,38 @@ def run_from(model, i, stage, ins, offs):
     return y
 
 
+def offs_repeated(offs, copies):
+    """Sentence offsets of `copies` copies of a token stream one after the other."""
+    t = offs[-1]
+    return np.concatenate([offs[:-1] + c * t for c in range(copies)] + [[copies * t]])
+
+
+def run_from_variants(model, i, stage, ins, offs, name, variants):
+    """run_from for several versions of one layer at once: the cached inputs repeated once per
+    (weight, bias) in `variants`, copy c computed with variants[c] for layer `name`; the hidden
+    states of all copies one after the other."""
+    t = offs[-1]
+    need = ((0,), (0, 1), (2,), (2, 3))[stage]  # the cached inputs run_from reads from this stage on
+    reps = [np.concatenate([a] * len(variants)) if s in need else None for s, a in enumerate(ins)]
+    wts = [(np.ascontiguousarray(np.asarray(w, dtype=model.dtype).T), np.asarray(b, dtype=model.dtype))
+           for w, b in variants]
+    base = model.linear
+
+    def linear(n, x):
+        if n != name:
+            return base(n, x)
+        y = np.empty((x.shape[0], wts[0][0].shape[1]), dtype=x.dtype)
+        for c, (wt, b) in enumerate(wts):  # as Bert._linear does: x @ Wᵀ, then + b
+            np.matmul(x[c * t:(c + 1) * t], wt, out=y[c * t:(c + 1) * t])
+            y[c * t:(c + 1) * t] += b
+        return y
+    model.linear = linear
+    try:
+        return run_from(model, i, stage, reps, offs_repeated(offs, len(variants)))
+    finally:
+        model.linear = base
+
+
 def mean_cos(e, ref):
     return float(np.mean(np.sum(e * ref, 1)))
 
@@ -143,13 +285,15 @@ def layer_regex(names):
     return "^(" + "|".join(re.escape(n) for n in names) + ")$"
 
 
-def profile(tj, weights, stats_path, model, seqs, g, steps, tmp, layer_names, time_ms=None, measure=None):
+def profile(pruner, stats, model, seqs, steps, layer_names, time_ms=None, measure=None):
     """{"densities": [...], "layers": [{"name", "n", "k", "loss": [...]}]}: each layer alone at
-    densities j/steps (j = 0..steps), rebuilt by `tilejit prune --sweep-out`; loss = 1 − mean
-    embedding cosine to the dense model on `seqs`. The model is run at the densities j in
-    `measure` (default: all); at the others the loss is the layer's exact relative output error
-    (from the sweep) times the loss/error ratio of the nearest measured densities, interpolated
-    linearly in d (so measured points are exact and the shape between them is the layer's own)."""
+    densities j/steps (j = 0..steps), rebuilt by the library's sweep (Pruner.sweep, from the dense
+    statistics `stats`: {layer: (H, tokens)}); loss = 1 − mean embedding cosine to the dense model
+    on `seqs`. The model is run at the densities j in `measure` (default: all), from the pruned
+    layer's stage on (the dense inputs of every stage are cached); at the others the loss is the
+    layer's exact relative output error (from the sweep) times the loss/error ratio of the nearest
+    measured densities, interpolated linearly in d (so measured points are exact and the shape
+    between them is the layer's own)."""
     st = Stages(model, seqs)
     nblocks = model.c["num_hidden_layers"]
     x, cache = st.x0, []
@@ -162,25 +306,26 @@ def profile(tj, weights, stats_path, model, seqs, g, steps, tmp, layer_names, ti
     table = {"format": "tilejit-prune-profile", "version": 1, "densities": dens, "layers": [],
              "sentences": len(seqs), "tokens": int(st.offs[-1]), "measured": [dens[j] for j in measure]}
     t0 = time.time()
-    # one tilejit call sweeps every layer (one process, the weights and statistics mapped once)
-    sweep = os.path.join(tmp, "sweep.safetensors")
-    subprocess.run([tj, "prune", "--weights", weights, "--calibration", stats_path, "--layers", layer_regex(layer_names),
-                    "--g", str(g), "--sweep-out", sweep, "--sweep-steps", str(steps), "--quiet",
-                    "--sweep-weights", ",".join(map(str, measure))], check=True, stdout=subprocess.DEVNULL)
-    sw = safetensors.load(sweep)
-    log("profile: sweeps of %d layers in %.0f s" % (len(layer_names), time.time() - t0))
+    # the library sweeps the next layer (in C, the GIL released) while this one runs the model
+    from concurrent.futures import ThreadPoolExecutor
+    pool = ThreadPoolExecutor(1)
+
+    def sweep(name):
+        return pruner.sweep(name, model.w[name + ".weight"], model.w[name + ".bias"], stats[name][0], stats[name][1],
+                            steps, measure)
+    pending = pool.submit(sweep, layer_names[0]) if layer_names else None
     for li, name in enumerate(layer_names):
         i = int(name.split(".")[2])
         stage = next(s for s, names in enumerate(bert.STAGES) if name.endswith(tuple(names)))
-        err = np.array(sw[name + ".error"], dtype=np.float64)
-        w0, b0 = model.w[name + ".weight"], model.w[name + ".bias"]
-        measured = {}
-        for j in measure:
-            model.set_weights({name + ".weight": np.array(sw["d%d/%s.weight" % (j, name)]),
-                               name + ".bias": np.array(sw["d%d/%s.bias" % (j, name)])})
-            e = model.pool(run_from(model, i, stage, cache[i], st.offs), st.offs)
-            measured[j] = max(0.0, 1.0 - mean_cos(e, ref))
-        model.set_weights({name + ".weight": w0, name + ".bias": b0})
+        w0 = model.w[name + ".weight"]
+        err, sw = pending.result()
+        pending = pool.submit(sweep, layer_names[li + 1]) if li + 1 < len(layer_names) else None
+        # every measured density in one run of the model: the cached inputs repeated, the layer's
+        # weights chosen per copy (rows are independent outside attention, which is per sentence)
+        e = model.pool(run_from_variants(model, i, stage, cache[i], st.offs, name, [sw[j] for j in measure]),
+                       offs_repeated(st.offs, len(measure)))
+        nseq = len(seqs)
+        measured = {j: max(0.0, 1.0 - mean_cos(e[c * nseq:(c + 1) * nseq], ref)) for c, j in enumerate(measure)}
         mj = sorted(measured)
         ratio = [measured[j] / err[j] if err[j] > 0 else 0.0 for j in mj]
         loss = []
@@ -200,8 +345,7 @@ def profile(tj, weights, stats_path, model, seqs, g, steps, tmp, layer_names, ti
         table["layers"].append(entry)
         log("profile: %2d/%d %-45s loss at d=1/4,1/2,3/4: %.4f %.4f %.4f  (%.0f s)"
             % (li + 1, len(layer_names), name, loss[steps // 4], loss[steps // 2], loss[3 * steps // 4], time.time() - t0))
-    del sw
-    os.remove(sweep)
+    pool.shutdown()
     return table
 
 
@@ -230,6 +374,89 @@ def latency_table(tj, layer_names, shapes, steps, m, g, tmp, threads=None):
             log("latency: %d x %d at M = %d: %s ms" % (n, k, m, " ".join("%.3f" % v for v in row)))
         out[name] = cache[(n, k)]
     return out
+
+
+def sequential_prune(pruner, model, seqs, names, a, prof_path, dense_ins=None):
+    """Block by block and stage by stage: each stage's statistics from the model with every
+    earlier stage already pruned (with --target dense also X̃ᵀX̃_ref against the dense model's
+    input of the stage: `dense_ins` per block when the statistics pass kept them, else the dense
+    model runs in lockstep), then that stage's layers pruned and rebuilt in this process at their
+    allocated densities. Updates `model`'s weights; returns the pattern's layers."""
+    if a.allocation == "measured":
+        density = pruner.allocate(prof_path, a.sparsity, a.budget_ms)
+        missing = [n for n in names if n not in density]
+        if missing:
+            raise ValueError("%s: no entry for layer '%s' (a loss table for another model?)" % (prof_path, missing[0]))
+    else:
+        density = {n: 1.0 - a.sparsity for n in names}
+    t = time.time()
+    st = Stages(model, seqs)
+    x, xd, layers = st.x0, st.x0, []
+    dense = bert.Bert(model.w, model.c) if a.target == "dense" and dense_ins is None else None
+    for i in range(model.c["num_hidden_layers"]):
+        ins = [x, None, None, None]
+        ins_d = None
+        if a.target == "dense":
+            if dense_ins is not None:
+                ins_d, dense_ins[i] = dense_ins[i], None  # each block's dense inputs are used once
+                if i == 0:
+                    # the first block's input is the embeddings in both models: the same array
+                    # then, as in lockstep (X̃ᵀX̃_ref of one array is NumPy's syrk, bit for bit H)
+                    ins_d = [x] + ins_d[1:]
+            else:
+                ins_d, xd = block_inputs(dense, i, xd, st.offs)
+        for s, stage_names in enumerate(bert.STAGES):
+            if s == 1:
+                ins[1] = model.attention(i, x, st.offs)
+            elif s == 2:
+                ins[2] = model.attention_out(i, ins[1], x)
+            elif s == 3:
+                ins[3] = model.intermediate(i, ins[2])
+            # sorted: the order `tilejit prune` gives a stage's layers (natural name order)
+            group = sorted("encoder.layer.%d.%s" % (i, n) for n in stage_names)
+            h = gram(ins[s])
+            g = cross_gram(ins[s], ins_d[s]) if ins_d is not None else None
+            got, rebuilt = pruner.prune([(n, model.w[n + ".weight"], model.w.get(n + ".bias"), h, g, ins[s].shape[0],
+                                          density[n]) for n in group])
+            layers += got
+            model.set_weights({k: v for n, (w, b) in zip(group, rebuilt) for k, v in ((n + ".weight", w),
+                                                                                    (n + ".bias", b))})
+        x = model.output(i, ins[3], ins[2])
+        log("calibrate: block %d/%d pruned (%.0f s)" % (i + 1, model.c["num_hidden_layers"], time.time() - t))
+    return layers
+
+
+def save_pruned(path, weights_path, model, layer_names):
+    """The pruned weights file, as `tilejit prune --pruned-weights` writes it: every tensor of the
+    checkpoint (same names, dtypes and metadata) with the model's current values, i.e. the rebuilt
+    layers' weights and biases (a bias the checkpoint lacked is added as F32)."""
+    import struct
+    with open(weights_path, "rb") as f:
+        header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+    meta = header.pop("__metadata__", None)
+    out, dtypes = {}, {}
+    for n, t in header.items():
+        v = model.w[n]
+        if t["dtype"] == "F16":
+            v = np.asarray(v, dtype=np.float16)
+        elif t["dtype"] == "BF16":
+            v, dtypes[n] = _to_bf16(v), "BF16"
+        out[n] = v
+    for n in layer_names:
+        if n + ".bias" not in out:
+            out[n + ".bias"] = np.asarray(model.w[n + ".bias"], dtype=np.float32)
+    tmp = path + ".tmp%d" % os.getpid()
+    safetensors.save(tmp, out, meta, dtypes)
+    os.replace(tmp, path)
+
+
+def _to_bf16(v):
+    """float32 → bfloat16 bits, rounded to nearest even (NaN stays NaN), as the library does."""
+    u = np.ascontiguousarray(v, dtype=np.float32).view(np.uint32)
+    r = ((u + np.uint32(0x7FFF) + ((u >> 16) & np.uint32(1))) >> 16).astype(np.uint16)
+    nan = (u & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
+    r[nan] = ((u[nan] >> 16) | np.uint32(0x40)).astype(np.uint16)
+    return r
 
 
 def main(argv=None):
@@ -277,29 +504,46 @@ def main(argv=None):
     log("calibrate: %s, %d linear layers; %d calibration sentences (%d tokens), %d profile sentences; tilejit %s"
         % (os.path.basename(a.model.rstrip("/")), len(names), len(cal), sum(map(len, cal_seqs)), len(prof), tj))
 
-    # 1. dense statistics
+    # 1. dense statistics (kept in memory; the file is for --reuse-profile and the one-shot prune)
     t = time.time()
     stats_path = os.path.join(a.out, "stats-dense.safetensors")
-    need_dense = a.allocation == "measured" or a.no_sequential or a.allocation == "global"
+    sequential = not (a.no_sequential or a.allocation == "global")
+    need_dense = a.allocation == "measured" or not sequential
+    dense_stats, dense_ins = {}, None
     if a.reuse_profile and os.path.exists(stats_path):
         log("calibrate: reusing %s" % stats_path)
+        sf = safetensors.load(stats_path)
+        dense_stats = {n: (sf[n + ".hessian"], int(sf[n + ".tokens"][0])) for n in names if n + ".hessian" in sf}
+        del sf
     elif not need_dense:
         log("calibrate: no dense statistics needed (sequential %s prune)" % a.allocation)
     else:
         st = Stages(model, cal_seqs)
         x, tensors = st.x0, {}
+        # the sequential prune's dense target needs the dense model's input of every stage again
+        # for the same sentences: keep them rather than run the dense model a second time
+        dense_ins = [] if sequential and a.target == "dense" else None
         for i in range(nblocks):
             ins, x = st.inputs(i, x)
             for s, stage_names in enumerate(bert.STAGES):
-                tensors.update(stats_tensors(["encoder.layer.%d.%s" % (i, n) for n in stage_names], ins[s]))
+                group = ["encoder.layer.%d.%s" % (i, n) for n in stage_names]
+                h = gram(ins[s])
+                for n in group:
+                    dense_stats[n] = (h, ins[s].shape[0])
+                tensors.update(stats_tensors(group, h, ins[s].shape[0]))
+            if dense_ins is not None:
+                dense_ins.append(ins)
         save_stats(stats_path, tensors, os.path.basename(a.model.rstrip("/")))
         del tensors, st
     t_stats = time.time() - t
-    log("calibrate: dense statistics in %.1f s -> %s" % (t_stats, stats_path))
+    cpu_stats = cpu_seconds() - cpu0
+    log("calibrate: dense statistics in %.1f s (%.1f s of CPU) -> %s" % (t_stats, cpu_stats, stats_path))
 
     # 2. profile
     prof_path = os.path.join(a.out, "profile.json")
     t_prof = 0.0
+    cpu_t = cpu_seconds()
+    pruner = Pruner(a.g, a.mode, a.ew, a.damp)
     common = ["--g", str(a.g), "--mode", a.mode] + (["--ew", a.ew] if a.ew else []) + \
              (["--damp", a.damp] if a.damp else [])
     if a.allocation == "measured":
@@ -312,68 +556,36 @@ def main(argv=None):
                 shapes = {n: model.w[n + ".weight"].shape for n in names}
                 times = latency_table(tj, names, shapes, a.steps, int(a.latency), a.g, a.out)
             measure = None if a.measure == "all" else [int(v) for v in a.measure.split(",")]
-            table = profile(tj, wpath, stats_path, model, [tok.encode(s) for s in prof], a.g, a.steps, a.out, names,
-                            times, measure)
+            table = profile(pruner, dense_stats, model, [tok.encode(s) for s in prof], a.steps, names, times, measure)
             with open(prof_path, "w") as f:
                 json.dump(table, f, indent=1)
             t_prof = time.time() - t
-            log("calibrate: profile in %.1f s -> %s" % (t_prof, prof_path))
+            log("calibrate: profile in %.1f s (%.1f s of CPU) -> %s" % (t_prof, cpu_seconds() - cpu_t, prof_path))
         common += ["--allocation", "measured", "--profile", prof_path]
     else:
         common += ["--allocation", a.allocation]
     common += ["--sparsity", str(a.sparsity)] if a.sparsity is not None else ["--budget-ms", str(a.budget_ms)]
+    del dense_stats
+
+    cpu_prof = cpu_seconds() - cpu_t
 
     # 3. prune
     t = time.time()
+    cpu_t = cpu_seconds()
     pattern = os.path.join(a.out, "pattern.json")
     pruned = os.path.join(a.out, "pruned.safetensors")
-    if a.no_sequential or a.allocation == "global":
+    if not sequential:
         subprocess.run([tj, "prune", "--weights", wpath, "--calibration", stats_path, "--layers", layer_regex(names),
                         "-o", pattern, "--pruned-weights", pruned, "--quiet"] + common, check=True,
                        stdout=subprocess.DEVNULL)
     else:
-        cur = wpath
-        st = Stages(model, cal_seqs)
-        x, layers = st.x0, []
-        dense = bert.Bert(model.w, model.c) if a.target == "dense" else None
-        xd = st.x0
-        tmp_w = [os.path.join(a.out, "tmp-a.safetensors"), os.path.join(a.out, "tmp-b.safetensors")]
-        step = 0
-        for i in range(nblocks):
-            ins = [x, None, None, None]
-            ins_d, xd_next = block_inputs(dense, i, xd, st.offs) if dense is not None else (None, None)
-            for s, stage_names in enumerate(bert.STAGES):
-                if s == 1:
-                    ins[1] = model.attention(i, x, st.offs)
-                elif s == 2:
-                    ins[2] = model.attention_out(i, ins[1], x)
-                elif s == 3:
-                    ins[3] = model.intermediate(i, ins[2])
-                group = ["encoder.layer.%d.%s" % (i, n) for n in stage_names]
-                spath = os.path.join(a.out, "stats-stage.safetensors")
-                save_stats(spath, stats_tensors(group, ins[s], ins_d[s] if ins_d is not None else None),
-                           os.path.basename(a.model.rstrip("/")))
-                out_w = tmp_w[step % 2]
-                ppath = os.path.join(a.out, "pattern-stage.json")
-                subprocess.run([tj, "prune", "--weights", cur, "--calibration", spath, "--layers", layer_regex(group),
-                                "-o", ppath, "--pruned-weights", out_w, "--quiet"] + common, check=True,
-                               stdout=subprocess.DEVNULL)
-                with open(ppath) as f:
-                    layers += json.load(f)["layers"]
-                pw = safetensors.load(out_w)
-                model.set_weights({k: np.array(pw[n + k[len(n):]]) for n in group for k in (n + ".weight", n + ".bias")})
-                cur = out_w
-                step += 1
-            x = model.output(i, ins[3], ins[2])
-            xd = xd_next
-            log("calibrate: block %d/%d pruned (%.0f s)" % (i + 1, nblocks, time.time() - t))
-        os.replace(cur, pruned)
-        for p in tmp_w + [os.path.join(a.out, "stats-stage.safetensors"), os.path.join(a.out, "pattern-stage.json")]:
-            if os.path.exists(p):
-                os.remove(p)
+        layers = sequential_prune(pruner, model, cal_seqs, names, a, prof_path, dense_ins)
+        dense_ins = None
+        save_pruned(pruned, wpath, model, names)
         with open(pattern, "w") as f:
             json.dump({"format": "tilejit-pattern", "version": 1, "layers": layers}, f)
     t_prune = time.time() - t
+    cpu_prune = cpu_seconds() - cpu_t
     total = time.time() - t_all
     summary = {"model": os.path.basename(a.model.rstrip("/")), "mode": a.mode, "g": a.g, "allocation": a.allocation,
                "sparsity": a.sparsity, "budget_ms": a.budget_ms, "sequential": not (a.no_sequential or a.allocation == "global"),
@@ -381,7 +593,9 @@ def main(argv=None):
                "calibration_sentences": len(cal), "calibration_tokens": sum(map(len, cal_seqs)), "profile_sentences": len(prof) if a.allocation == "measured" else 0,
                "seconds": {"statistics": round(t_stats, 1), "profile": round(t_prof, 1), "prune": round(t_prune, 1),
                            "total": round(total, 1)},
-               "cpu_seconds": round(cpu_seconds() - cpu0, 1)}
+               "cpu_seconds": round(cpu_seconds() - cpu0, 1),
+               "cpu_seconds_per_phase": {"statistics": round(cpu_stats, 1), "profile": round(cpu_prof, 1),
+                                         "prune": round(cpu_prune, 1)}}
     # density actually reached
     with open(pattern) as f:
         pl = json.load(f)["layers"]

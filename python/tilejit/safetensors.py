@@ -29,8 +29,9 @@ def load(path):
     return out
 
 
-def save(path, tensors, metadata=None):
-    """Writes {name: numpy array} (float32, float16, int64, ...) as a safetensors file."""
+def save(path, tensors, metadata=None, dtypes=None):
+    """Writes {name: numpy array} (float32, float16, int64, ...) as a safetensors file. dtypes:
+    {name: "BF16"} for tensors given as their raw uint16 bits."""
     import numpy as np
     rev = {np.dtype(v).str: k for k, v in _DT.items()}
     header, offset, blobs = {}, 0, []
@@ -38,7 +39,10 @@ def save(path, tensors, metadata=None):
         a = np.ascontiguousarray(tensors[name])
         a = a.astype(a.dtype.newbyteorder("<")) if a.dtype.byteorder == ">" else a
         key = a.dtype.str if a.dtype.str in rev else "<" + a.dtype.str[1:]
-        header[name] = {"dtype": rev[key], "shape": list(a.shape), "data_offsets": [offset, offset + a.nbytes]}
+        dt = (dtypes or {}).get(name) or rev[key]
+        if dt == "BF16" and a.dtype != np.uint16:
+            raise ValueError("%s: BF16 needs the raw bits as uint16" % name)
+        header[name] = {"dtype": dt, "shape": list(a.shape), "data_offsets": [offset, offset + a.nbytes]}
         offset += a.nbytes
         blobs.append(a)
     if metadata:
