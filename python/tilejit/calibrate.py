@@ -256,6 +256,8 @@ def main(argv=None):
     ap.add_argument("--reuse-profile", action="store_true",
                     help="use OUT/stats-dense.safetensors and OUT/profile.json if they exist (same model and sentences)")
     ap.add_argument("--damp", default=None)
+    ap.add_argument("--tile-balance", action="store_true",
+                    help="a layer's tiles may keep different numbers of input features (same total)")
     ap.add_argument("--tilejit", default=None)
     a = ap.parse_args(argv)
     if (a.sparsity is None) == (a.budget_ms is None):
@@ -301,7 +303,7 @@ def main(argv=None):
     prof_path = os.path.join(a.out, "profile.json")
     t_prof = 0.0
     common = ["--g", str(a.g), "--mode", a.mode] + (["--ew", a.ew] if a.ew else []) + \
-             (["--damp", a.damp] if a.damp else [])
+             (["--damp", a.damp] if a.damp else []) + (["--tile-balance"] if a.tile_balance else [])
     if a.allocation == "measured":
         if a.reuse_profile and os.path.exists(prof_path):
             log("calibrate: reusing %s" % prof_path)
