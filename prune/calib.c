@@ -160,6 +160,14 @@ static void chol_inverse(const double *l, int64_t n, double *inv, double *u)
 
 /* ---- statistics ---- */
 
+/* Entry i of a mapped F64 array (the mapping may be unaligned). */
+static double load_f64(const double *a, int64_t i)
+{
+    double v;
+    memcpy(&v, (const char *)a + (size_t)i * sizeof v, sizeof v);
+    return v;
+}
+
 tj_calib_options tj_calib_options_default(void)
 {
     tj_calib_options o = {.size = sizeof(tj_calib_options), .damp = 0.001};
@@ -232,6 +240,25 @@ tj_status tj_calib_stats_find(const tj_st_file *sf, const tj_prune_layer_in *L, 
                            sf->path, L->name, (long long)dim, (long long)dim, L->name);
         TJ_TRY(check_square(sf, L, x, "cross", tokens, err));
         out->cross = x->data;
+    }
+    if (!(name = malloc(len + 16))) return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory");
+    memcpy(name, L->name, len);
+    memcpy(name + len, ".residual", 10);
+    const tj_st_tensor *rs = tj_st_find(sf, name);
+    free(name);
+    if (rs) {
+        if (strcmp(rs->dtype_str, "F64") != 0 || rs->ndim != 2 || rs->shape[0] != dim || rs->shape[1] != L->n ||
+            (int64_t)(rs->end - rs->begin) != dim * L->n * 8)
+            return tj_fail(err, TJ_ERR_FORMAT, "%s: '%s.residual' must be an F64 matrix [%lld, %lld] (k + 1, n)",
+                           sf->path, L->name, (long long)dim, (long long)L->n);
+        for (int64_t i = 0; i < dim * L->n; i++) {
+            double v;
+            memcpy(&v, (const char *)rs->data + (size_t)i * 8, 8);
+            if (!isfinite(v))
+                return tj_fail(err, TJ_ERR_FORMAT, "%s: '%s.residual' has a non-finite entry at [%lld, %lld]", sf->path,
+                               L->name, (long long)(i / L->n), (long long)(i % L->n));
+        }
+        out->resid = rs->data;
     }
     out->h = h->data;
     out->dim = dim;
@@ -325,10 +352,11 @@ static tj_status lctx_init(lctx *c, const tj_calib_layer *cl, double damp, int n
         free(u);
         free(tmp);
     }
-    if (cl->stats.cross) {
-        /* tgt = Hd⁻¹ Gd w̃ with Gd = G + λI_k (G = Σ x̃ x̃_refᵀ): the minimiser over x of
-         * ‖X̃ x − X̃_ref w̃‖² + λ‖x − w̃‖² (bias undamped); then ‖X̃ x − X̃_ref w̃‖² + λ‖x − w̃‖²
-         * = (x − tgt)ᵀ Hd (x − tgt) + const, so selection and rebuild proceed with tgt as w̃. */
+    if (cl->stats.cross || cl->stats.resid) {
+        /* tgt = Hd⁻¹ (Gd w̃ + D) with Gd = G + λI_k (G = Σ x̃ x̃_refᵀ; Hd without cross
+         * statistics) and D = Σ x̃ (r_ref − r) this row's column of NAME.residual (0 without): the
+         * minimiser over x of ‖X̃ x − (X̃_ref w̃ + R_ref − R)‖² + λ‖x − w̃‖² (bias undamped); that
+         * equals (x − tgt)ᵀ Hd (x − tgt) + const, so selection and rebuild proceed with tgt as w̃. */
         double *gd = malloc((size_t)(d * d) * sizeof *gd), *gw = malloc((size_t)d * sizeof *gw);
         double *wt = malloc((size_t)d * sizeof *wt);
         float *wrow = malloc((size_t)c->k * sizeof *wrow);
@@ -339,13 +367,19 @@ static tj_status lctx_init(lctx *c, const tj_calib_layer *cl, double damp, int n
             lctx_free(c);
             return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "layer '%s': out of memory for the dense-output target", L->name);
         }
-        memcpy(gd, cl->stats.cross, (size_t)(d * d) * sizeof *gd);
-        for (int64_t i = 0; i < c->k; i++) gd[i * d + i] += lambda;
+        if (cl->stats.cross) {
+            memcpy(gd, cl->stats.cross, (size_t)(d * d) * sizeof *gd);
+            for (int64_t i = 0; i < c->k; i++) gd[i * d + i] += lambda;
+        } else {
+            memcpy(gd, c->hd, (size_t)(d * d) * sizeof *gd);
+        }
         double *tg = c->tgt;
         c->tgt = NULL; /* row_target reads the layer's own weights meanwhile */
         for (int64_t row = 0; row < c->n; row++) {
             row_target(c, row, wrow, wt);
             for (int64_t i = 0; i < d; i++) gw[i] = dot(gd + i * d, wt, d);
+            if (cl->stats.resid)
+                for (int64_t i = 0; i < d; i++) gw[i] += load_f64(cl->stats.resid, i * c->n + row);
             for (int64_t i = 0; i < d; i++) tg[row * d + i] = dot(hinv + i * d, gw, d);
         }
         c->tgt = tg;

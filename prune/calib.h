@@ -27,12 +27,18 @@
  *                                 DENSE model gives the layer for the same token (x̃ from the model
  *                                 being pruned). With it the rebuild targets the dense model's output
  *                                 W̃ x̃_ref instead of W̃ x̃ (see docs/pruning-calibrated.md).
+ *   NAME.residual F64 [k+1, n]    optional: Σ over the same tokens of x̃ (r_ref − r)ᵀ, where r is the
+ *                                 residual the layer's output is added to (before a LayerNorm) in
+ *                                 the model being pruned and r_ref the dense model's: the rebuild
+ *                                 then also makes up for the residual stream's drift.
  * __metadata__ {"format": "tilejit-calibration", "version": "1", ...}. */
 typedef struct tj_calib_stats {
     const double *h; /* [(k+1) × (k+1)], borrowed from the mapped file (may be unaligned: see calib.c) */
     int64_t dim;     /* k + 1 */
     int64_t tokens;
     const double *cross; /* NULL, or [(k+1) × (k+1)] Σ x̃ x̃_refᵀ (row: pruned input, column: dense) */
+    const double *resid; /* NULL, or [(k+1) × n] Σ x̃ (r_ref − r)ᵀ: the drift of the residual stream
+                            that this layer's output is added to (see NAME.residual) */
 } tj_calib_stats;
 
 /* Finds and checks the statistics of layer L in a statistics file: both tensors present, the

@@ -49,7 +49,7 @@ static void rl_init(rl *r, int64_t n, int64_t k, int64_t T, uint64_t seed, doubl
             for (int64_t j = 0; j < d; j++) r->h[i * d + j] += xi * (j < k ? r->x[t * k + j] : 1.0);
         }
     r->in = (tj_prune_layer_in){"blk.0.lin", n, k, r->w, TJ_F32, NULL, TJ_F32};
-    r->cl = (tj_calib_layer){&r->in, r->b, TJ_F32, {r->h, d, T, NULL}, density, NULL};
+    r->cl = (tj_calib_layer){&r->in, r->b, TJ_F32, {r->h, d, T, NULL, NULL}, density, NULL};
 }
 
 /* Dense-model inputs X_ref = X + a correlated perturbation (what the earlier pruned layers

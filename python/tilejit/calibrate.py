@@ -81,18 +81,34 @@ def cross_gram(x, xref, chunk=2048):
     return g
 
 
-def stats_tensors(names, x, xref=None):
+def resid_gram(x, dr, chunk=2048):
+    """X̃ᵀ ΔR for X̃ = [x, 1] and ΔR [T × n] (the drift of the residual stream, dense − pruned) in
+    float64: NAME.residual, so that the rebuild also makes up for that drift."""
+    t, k = x.shape
+    g = np.zeros((k + 1, dr.shape[1]))
+    for s in range(0, t, chunk):
+        xs = np.asarray(x[s:s + chunk], dtype=np.float32)
+        ds = np.asarray(dr[s:s + chunk], dtype=np.float32)
+        g[:k] += (xs.T @ ds).astype(np.float64)
+        g[k] += ds.astype(np.float64).sum(0)
+    return g
+
+
+def stats_tensors(names, x, xref=None, dr=None):
     """The statistics file's tensors for layers sharing the input x; with xref (the dense model's
     input of the same layers for the same tokens) also NAME.cross, so that the rebuild targets the
     dense model's output."""
     h = gram(x)
     g = cross_gram(x, xref) if xref is not None else None
+    rg = resid_gram(x, dr) if dr is not None else None
     out = {}
     for n in names:
         out[n + ".hessian"] = h
         out[n + ".tokens"] = np.array([x.shape[0]], dtype=np.int64)
         if g is not None:
             out[n + ".cross"] = g
+        if rg is not None:
+            out[n + ".residual"] = rg
     return out
 
 
@@ -255,6 +271,9 @@ def main(argv=None):
     ap.add_argument("--latency", default=None, metavar="M", help="measure per-layer times at M tokens for --budget-ms")
     ap.add_argument("--reuse-profile", action="store_true",
                     help="use OUT/stats-dense.safetensors and OUT/profile.json if they exist (same model and sentences)")
+    ap.add_argument("--residual", action=argparse.BooleanOptionalAction, default=True,
+                    help="with --target dense: the attention-output and output layers also make up for the "
+                         "residual stream's drift (NAME.residual)")
     ap.add_argument("--damp", default=None)
     ap.add_argument("--tile-balance", action="store_true",
                     help="a layer's tiles may keep different numbers of input features (same total)")
@@ -353,7 +372,12 @@ def main(argv=None):
                     ins[3] = model.intermediate(i, ins[2])
                 group = ["encoder.layer.%d.%s" % (i, n) for n in stage_names]
                 spath = os.path.join(a.out, "stats-stage.safetensors")
-                save_stats(spath, stats_tensors(group, ins[s], ins_d[s] if ins_d is not None else None),
+                dr = None
+                if ins_d is not None and a.residual and s in (1, 3):
+                    # attention.output.dense adds to the block input x, output.dense to h
+                    r = 0 if s == 1 else 2
+                    dr = ins_d[r] - ins[r]
+                save_stats(spath, stats_tensors(group, ins[s], ins_d[s] if ins_d is not None else None, dr),
                            os.path.basename(a.model.rstrip("/")))
                 out_w = tmp_w[step % 2]
                 ppath = os.path.join(a.out, "pattern-stage.json")
