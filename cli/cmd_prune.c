@@ -43,8 +43,6 @@ static const char *help =
     "  --budget-ms X    with measured: a latency budget (the table's time_ms) instead of --sparsity\n"
     "  --damp D         ridge: D x mean(diag H) (default 0.001)\n"
     "  --threads N      tiles rebuilt in parallel (default: all cores)\n"
-    "  --tile-balance   a layer's tiles may keep different numbers of input features (same\n"
-    "                   total) where that lowers the layer's output error\n"
     "  --sweep-out FILE tw1 rebuilds of each selected layer at densities j/steps (j = 0..steps-1)\n"
     "                   as tensors d<j>/NAME.weight and d<j>/NAME.bias, for the profile\n"
     "  --sweep-steps N  (default 16)\n"

@@ -42,7 +42,7 @@ int cmd_prune_calibrated(int argc, char **argv)
                *scores = NULL, *out = NULL, *pruned = NULL, *base_s = NULL, *calib = NULL, *alloc_s = NULL,
                *profile_s = NULL, *budget_s = NULL, *damp_s = NULL, *threads_s = NULL, *sweep = NULL,
                *steps_s = NULL, *which_s = NULL, *pos[1];
-    int npos, quiet = 0, balance = 0;
+    int npos, quiet = 0;
     cli_opt opts[] = {{"weights", 1, &weights, NULL},  {"sparsity", 1, &sparsity, NULL}, {"g", 1, &g_s, NULL},
                       {"mode", 1, &mode_s, NULL},      {"ew", 1, &ew_s, NULL},             {"layers", 1, &layers, NULL},
                       {"scores", 1, &scores, NULL},    {"o", 1, &out, NULL},               {"output", 1, &out, NULL},
@@ -52,13 +52,12 @@ int cmd_prune_calibrated(int argc, char **argv)
                       {"damp", 1, &damp_s, NULL},      {"threads", 1, &threads_s, NULL},
                       {"sweep-out", 1, &sweep, NULL},  {"sweep-steps", 1, &steps_s, NULL},
                       {"sweep-weights", 1, &which_s, NULL},
-                      {"tile-balance", 0, NULL, &balance}, {"quiet", 0, NULL, &quiet}, {0}};
+                      {"quiet", 0, NULL, &quiet},      {0}};
     int r = cli_parse("prune", argc, argv, opts, pos, 0, &npos);
     if (r) return r == 2 ? 2 : 1;
     if (!weights) return cli_fail("prune", "--weights W.safetensors is required (see --help)");
 
     tj_prune_calibrated_options co = tj_prune_calibrated_options_default();
-    co.tile_balance = balance;
     tj_prune_options opt = co.prune;
     double budget_ms = 0;
     int64_t steps = co.sweep_steps, threads = 0;

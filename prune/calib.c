@@ -170,7 +170,7 @@ static double load_f64(const double *a, int64_t i)
 
 tj_calib_options tj_calib_options_default(void)
 {
-    tj_calib_options o = {.size = sizeof(tj_calib_options), .damp = 0.001};
+    tj_calib_options o = {sizeof(tj_calib_options), 0.001, 0, NULL, NULL};
     return o;
 }
 
@@ -401,9 +401,6 @@ typedef struct tile_job {
     int32_t *kept;       /* optional: output 0's kept features, increasing (keep[0] entries) */
     double *err;         /* optional, nd entries: Σ_rows (w̃−w̃')ᵀHd(w̃−w̃') per output, and err[nd]
                             the tile's Σ_rows w̃ᵀHdw̃ (the error with nothing kept, bias aside) */
-    int64_t *order;      /* optional, dim entries: [bias, input features from most to least
-                            important]; with have_order it is read (no OBS pass), else written */
-    int have_order;
     tj_status status;
     char msg[256];
 } tile_job;
@@ -490,10 +487,6 @@ static void tile_run(void *arg, int64_t item)
 
     /* Greedy OBS: removed features go to order[dim-1], order[dim-2], ... (least important last). */
     int64_t r = dim, nrem = 0;
-    if (job->have_order) {
-        memcpy(order, job->order, (size_t)dim * sizeof *order);
-        goto rebuild;
-    }
     while (nrem < nremove) {
         int64_t nb = nremove - nrem < b0 ? nremove - nrem : b0;
         memset(acc, 0, (size_t)r * sizeof *acc);
@@ -559,9 +552,6 @@ static void tile_run(void *arg, int64_t item)
     order[0] = k;
     for (int64_t p = 0, q = 1; p < r; p++)
         if (pos2orig[p] != k) order[q++] = pos2orig[p];
-    if (job->order) memcpy(job->order, order, (size_t)dim * sizeof *order);
-
-rebuild:
 
     /* One Cholesky of Hd[P,P] (leading pmax); its leading p × p block factors every prefix. */
     for (int64_t i = 0; i < pmax; i++)
@@ -590,24 +580,12 @@ rebuild:
         double total = 0;
         for (int64_t i = 0; i < nr; i++)
             for (int64_t q = 0; q < dim; q++) total += wt[i * dim + q] * dot(c->hd + q * dim, wt + i * dim, dim);
-        /* explained[p] = ‖Y[0..p)‖² (x reused: pmax + 1 ≤ pmax · nr entries unless nr = 1) */
-        double *expl = nr > 1 ? x : malloc((size_t)(pmax + 1) * sizeof *expl);
-        if (!expl) {
-            job->status = TJ_ERR_OUT_OF_MEMORY;
-            snprintf(job->msg, sizeof job->msg, "layer '%s': out of memory for a tile", L->name);
-            goto done;
-        }
-        expl[0] = 0;
-        for (int64_t q = 0; q < pmax; q++) {
-            double e = 0;
-            for (int64_t i = 0; i < nr; i++) e += y[q * nr + i] * y[q * nr + i];
-            expl[q + 1] = expl[q] + e;
-        }
         for (int64_t j = 0; j < job->nd; j++) {
-            double e = total - expl[1 + job->keep[j]];
-            job->err[j] = e > 0 ? e : 0;
+            double expl = 0;
+            for (int64_t q = 0; q < 1 + job->keep[j]; q++)
+                for (int64_t i = 0; i < nr; i++) expl += y[q * nr + i] * y[q * nr + i];
+            job->err[j] = total - expl > 0 ? total - expl : 0;
         }
-        if (expl != x) free(expl);
         job->err[job->nd] = total;
     }
     for (int64_t j = 0; j < job->nd; j++) {
@@ -820,66 +798,6 @@ done:
     return s;
 }
 
-/* Moves kept input features between the equal-height tiles of a layer, starting from keep[],
- * while that lowers the layer's summed least-squares output error and keeps the kept weights'
- * total: the tiles share the layer's input statistics and output space, so their errors add up.
- * One OBS pass per tile to the end gives its nested kept sets and the exact error of each kept
- * count; swaps of s features (s = 16, 4, 1) between the tile that gains most and the one that
- * loses least stop when no swap helps. orders (ntiles × dim) receive each tile's OBS order, so
- * the rebuild does not repeat the pass. */
-static tj_status balance_tiles(const lctx *c, tj_pool *pool, const int64_t *colv, int64_t ncols, int64_t g,
-                               int64_t ntiles, int64_t *keep, int64_t *orders, tj_error *err)
-{
-    const int64_t k = c->k, dim = c->dim, nd = k + 1;
-    int64_t *all = malloc((size_t)nd * sizeof *all);
-    float **nullw = calloc((size_t)nd, sizeof *nullw);
-    double *e = malloc((size_t)(ntiles * (nd + 1)) * sizeof *e);
-    tile_job *jobs = calloc((size_t)ntiles, sizeof *jobs);
-    tj_status s = TJ_OK;
-    if (!all || !nullw || !e || !jobs) {
-        s = tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "layer '%s': out of memory balancing its tiles", c->cl->in->name);
-        goto done;
-    }
-    for (int64_t j = 0; j < nd; j++) all[j] = j;
-    for (int64_t t = 0; t < ntiles; t++) {
-        int64_t j0 = t * g, j1 = j0 + g < ncols ? j0 + g : ncols;
-        jobs[t] = (tile_job){c, colv + j0, j1 - j0, nd, all, nullw, nullw, NULL, e + t * (nd + 1), orders + t * dim, 0,
-                             TJ_OK, ""};
-    }
-    if ((s = run_tiles(pool, jobs, ntiles, err)) != TJ_OK) goto done;
-    /* a partial last tile keeps its count: only equal-height tiles trade */
-    int64_t nt = ncols % g ? ntiles - 1 : ntiles;
-    for (int64_t step = 16; step >= 1; step /= 4) {
-        for (int64_t iter = 0; iter < nt * nd; iter++) {
-            int64_t up = -1, down = -1;
-            double gain = 0, loss = 0;
-            for (int64_t t = 0; t < nt; t++) {
-                const double *et = e + t * (nd + 1);
-                if (keep[t] + step <= k && (up < 0 || et[keep[t]] - et[keep[t] + step] > gain)) {
-                    up = t;
-                    gain = et[keep[t]] - et[keep[t] + step];
-                }
-            }
-            for (int64_t t = 0; t < nt; t++) {
-                const double *et = e + t * (nd + 1);
-                if (t != up && keep[t] - step >= 0 && (down < 0 || et[keep[t] - step] - et[keep[t]] < loss)) {
-                    down = t;
-                    loss = et[keep[t] - step] - et[keep[t]];
-                }
-            }
-            if (up < 0 || down < 0 || !(gain > loss * (1 + 1e-12))) break;
-            keep[up] += step;
-            keep[down] -= step;
-        }
-    }
-done:
-    free(all);
-    free(nullw);
-    free(e);
-    free(jobs);
-    return s;
-}
-
 static tj_status check_layer(const tj_calib_layer *cl, tj_error *err)
 {
     const tj_prune_layer_in *L = cl->in;
@@ -909,7 +827,7 @@ static tj_status prune_layer(const tj_calib_layer *cl, const tj_prune_options *o
     int64_t ncols = n, *cols = NULL;
     double *var = NULL, *mean = NULL;
     tile_job *jobs = NULL;
-    int64_t *keep = NULL, *orders = NULL;
+    int64_t *keep = NULL;
     sal_item *rank = NULL;
     memset(out, 0, sizeof *out);
     memset(w, 0, (size_t)(n * k) * sizeof *w);
@@ -960,17 +878,12 @@ static tj_status prune_layer(const tj_calib_layer *cl, const tj_prune_options *o
         }
         out->tile_ptr[t + 1] = out->tile_ptr[t] + keep[t];
     }
-    if (co->tile_balance && !cl->tile_keep && ntiles > 1) {
-        if (!(orders = malloc((size_t)(ntiles * c.dim) * sizeof *orders))) goto oom;
-        if ((s = balance_tiles(&c, pool, colv, ncols, g, ntiles, keep, orders, err)) != TJ_OK) goto done;
-        for (int64_t t = 0; t < ntiles; t++) out->tile_ptr[t + 1] = out->tile_ptr[t] + keep[t];
-    }
     if (!(out->tile_rows = malloc((size_t)(out->tile_ptr[ntiles] ? out->tile_ptr[ntiles] : 1) * sizeof *out->tile_rows)))
         goto oom;
     for (int64_t t = 0; t < ntiles; t++) {
         int64_t j0 = t * g, j1 = j0 + g < ncols ? j0 + g : ncols;
         jobs[t] = (tile_job){&c, colv + j0, j1 - j0, 1, &keep[t], &w, &b, out->tile_rows + out->tile_ptr[t], NULL,
-                             orders ? orders + t * c.dim : NULL, orders != NULL, TJ_OK, ""};
+                             TJ_OK, ""};
     }
     if ((s = run_tiles(pool, jobs, ntiles, err)) != TJ_OK) goto done;
     if (opt->mode == TJ_PRUNE_TEW) {
@@ -989,7 +902,6 @@ done:
     free(rank);
     free(cols);
     free(keep);
-    free(orders);
     free(jobs);
     return s;
 }
@@ -1082,7 +994,7 @@ tj_status tj_prune_calibrated_sweep(const tj_calib_layer *cl, int64_t g, const d
     if ((s = make_pool(&co, &pool, err)) != TJ_OK) goto done;
     for (int64_t t = 0; t < ntiles; t++) {
         int64_t j0 = t * g, j1 = j0 + g < L->n ? j0 + g : L->n;
-        jobs[t] = (tile_job){&c, rows + j0, j1 - j0, nd, keep, w, b, NULL, terr ? terr + t * (nd + 1) : NULL, NULL, 0,
+        jobs[t] = (tile_job){&c, rows + j0, j1 - j0, nd, keep, w, b, NULL, terr ? terr + t * (nd + 1) : NULL,
                              TJ_OK, ""};
     }
     if ((s = run_tiles(pool, jobs, ntiles, err)) != TJ_OK || !errors) goto done;

@@ -54,8 +54,6 @@ typedef struct tj_calib_options {
                         (not the bias column); default 0.001; 0 is allowed (then a
                         singular H is an error) */
     int threads;     /* tiles rebuilt in parallel; 0: one per online core */
-    int tile_balance; /* tiles keep different counts where that lowers the layer's output error
-                         (same total; tw1/tw2 tiles of full height; see docs/pruning-calibrated.md) */
     /* Called after each layer (may be NULL). Must not call back into the pruner. */
     void (*progress)(void *user, const char *layer, int64_t done, int64_t total);
     void *progress_user;

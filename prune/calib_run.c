@@ -101,7 +101,6 @@ tj_status tj_prune_calibrated_run(const tj_st_file *wf, const tj_prune_layer_in 
     tj_calib_options co = tj_calib_options_default();
     co.damp = o->damp;
     co.threads = o->threads;
-    co.tile_balance = o->tile_balance;
     tj_status s = TJ_OK;
     tj_st_file *cf = NULL;
     tj_calib_layer *cl = NULL;

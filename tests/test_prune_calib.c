@@ -237,47 +237,6 @@ static void test_tw1_rebuild(void)
     }
 }
 
-/* tile_balance: tiles trade kept features so that the layer's output error falls, same total.
- * Tile 0's rows are scaled up tenfold, so its error weighs most and it must keep more. A partial
- * last tile (n = 14, g = 4: 4 4 4 2) keeps the uniform count. Undamped, so that the objective
- * the tiles trade on is exactly the output error measured here. */
-static void test_tile_balance(void)
-{
-    for (int partial = 0; partial < 2; partial++) {
-        rl r;
-        rl_init(&r, partial ? 14 : 12, 16, 80, 21 + (uint64_t)partial, 0.5);
-        for (int64_t i = 0; i < 4 * r.k; i++) r.w[i] *= 10.0f;
-        for (int64_t i = 0; i < 4; i++) r.b[i] *= 10.0f;
-        tj_prune_options o = tj_prune_options_default();
-        o.g = 4;
-        tj_pattern *p[2] = {NULL, NULL};
-        float *w[2] = {NULL, NULL}, *b[2] = {NULL, NULL};
-        for (int bal = 0; bal < 2; bal++) {
-            tj_calib_options co = tj_calib_options_default();
-            co.threads = 2;
-            co.damp = 0; /* then the pruner's objective is exactly out_err below */
-            co.tile_balance = bal;
-            tj_error err = {0};
-            CHECK_OK(tj_prune_calibrated(&r.cl, 1, &o, &co, &p[bal], &w[bal], &b[bal], &err), &err);
-        }
-        if (p[0] && p[1]) {
-            const tj_layer *u = &p[0]->layers[0], *l = &p[1]->layers[0];
-            CHECK(u->tile_ptr[u->ntiles] * 4 == l->tile_ptr[l->ntiles] * 4); /* same kept total */
-            CHECKF(tj_tile_nrows(l, 0) > tj_tile_nrows(u, 0), "tile 0 keeps %lld, uniform %lld",
-                   (long long)tj_tile_nrows(l, 0), (long long)tj_tile_nrows(u, 0));
-            if (partial) CHECK(tj_tile_nrows(l, l->ntiles - 1) == tj_tile_nrows(u, u->ntiles - 1));
-            double eu = out_err(&r, w[0], b[0]), eb = out_err(&r, w[1], b[1]);
-            CHECKF(eb < eu, "balanced error %g, uniform %g", eb, eu);
-            check_rebuild(&r, l, w[1], b[1], 0);
-        }
-        for (int bal = 0; bal < 2; bal++) {
-            tj_pattern_destroy(p[bal]);
-            free(w[bal]), free(b[bal]);
-        }
-        rl_free(&r);
-    }
-}
-
 /* Output error against the dense model: Σ ‖X̃ w̃' − X̃_ref w̃‖² from the data. */
 static double out_err_ref(const rl *r, const float *w, const float *b)
 {
@@ -598,7 +557,6 @@ int main(void)
     snprintf(dir, sizeof dir, "/tmp/tj_test_prune_calib_XXXXXX");
     if (!mkdtemp(dir)) return 1;
     test_tw1_rebuild();
-    test_tile_balance();
     test_tw1_cross();
     test_sweep();
     test_tw2_tew();

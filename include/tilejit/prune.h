@@ -139,8 +139,6 @@ typedef struct tj_prune_calibrated_options {
     /* Called after each layer (may be NULL). */
     void (*progress)(void *user, const char *layer, int64_t done, int64_t total);
     void *progress_user;
-    int tile_balance;               /* tiles of a layer keep different counts where that lowers the
-                                       layer's output error, same total (docs/pruning-calibrated.md) */
 } tj_prune_calibrated_options;
 
 TJ_API tj_prune_calibrated_options tj_prune_calibrated_options_default(void);

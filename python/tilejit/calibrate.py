@@ -275,8 +275,6 @@ def main(argv=None):
                     help="with --target dense: the attention-output and output layers also make up for the "
                          "residual stream's drift (NAME.residual)")
     ap.add_argument("--damp", default=None)
-    ap.add_argument("--tile-balance", action="store_true",
-                    help="a layer's tiles may keep different numbers of input features (same total)")
     ap.add_argument("--tilejit", default=None)
     a = ap.parse_args(argv)
     if (a.sparsity is None) == (a.budget_ms is None):
@@ -322,7 +320,7 @@ def main(argv=None):
     prof_path = os.path.join(a.out, "profile.json")
     t_prof = 0.0
     common = ["--g", str(a.g), "--mode", a.mode] + (["--ew", a.ew] if a.ew else []) + \
-             (["--damp", a.damp] if a.damp else []) + (["--tile-balance"] if a.tile_balance else [])
+             (["--damp", a.damp] if a.damp else [])
     if a.allocation == "measured":
         if a.reuse_profile and os.path.exists(prof_path):
             log("calibrate: reusing %s" % prof_path)
