@@ -143,6 +143,25 @@ def main():
     except ValueError:
         pass
 
+    # residual statistics: X̃ᵀΔR in float64, last row the column sums of ΔR
+    dr = rng.standard_normal((300, 5)).astype(np.float32)
+    gr = calibrate.resid_gram(xa, dr, chunk=128)
+    want = ta.T @ dr.astype(np.float64)
+    rel = np.abs(gr - want).max() / np.abs(want).max()
+    check(gr.shape == (8, 5) and rel < 1e-5, "residual statistics = X̃ᵀΔR (rel. diff %.1e)" % rel)
+
+    # LayerNorm refit: recovers the weight and bias that map LN(z) onto a target exactly
+    lm = bert.Bert.from_dir(mdir, dtype=np.float64)
+    z = rng.standard_normal((400, 48)) * 3 + 1
+    w_true, b_true = rng.uniform(0.5, 2, 48), rng.normal(0, 0.5, 48)
+    ln_name = "encoder.layer.0.output.LayerNorm"
+    target = bert.layer_norm(z, w_true, b_true, lm.c["layer_norm_eps"])
+    upd = calibrate.refit_layer_norm(lm, ln_name, z, target)
+    err_w = np.abs(upd[ln_name + ".weight"] - w_true).max()
+    err_b = np.abs(upd[ln_name + ".bias"] - b_true).max()
+    check(err_w < 1e-4 and err_b < 1e-4 and np.array_equal(lm.w[ln_name + ".bias"], upd[ln_name + ".bias"]),
+          "LayerNorm refit recovers weight and bias (max err %.1e, %.1e) and sets them" % (err_w, err_b))
+
     # latency budget through the CLI: a made-up time table (ms = density · n · k / 1e4)
     for l in prof["layers"]:
         l["time_ms"] = [d * l["n"] * l["k"] / 1e4 for d in prof["densities"]]

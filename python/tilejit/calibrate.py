@@ -94,6 +94,25 @@ def resid_gram(x, dr, chunk=2048):
     return g
 
 
+def refit_layer_norm(model, prefix, z, target):
+    """Refits LayerNorm `prefix` (its weight and bias, per feature) so that LN(z) best matches the
+    dense model's output `target` over the calibration tokens (least squares, 2 values per
+    feature); sets them in `model` and returns {name: array}."""
+    eps = model.c["layer_norm_eps"]
+    z = z.astype(np.float64)
+    mu = z.mean(-1, keepdims=True)
+    nz = (z - mu) / np.sqrt(((z - mu) ** 2).mean(-1, keepdims=True) + eps)
+    y = target.astype(np.float64)
+    nm, ym = nz.mean(0), y.mean(0)
+    var = ((nz - nm) ** 2).mean(0)
+    cov = ((nz - nm) * (y - ym)).mean(0)
+    w = np.where(var > 1e-12, cov / np.maximum(var, 1e-12), model.w[prefix + ".weight"])
+    b = ym - w * nm
+    upd = {prefix + ".weight": w.astype(np.float32), prefix + ".bias": b.astype(np.float32)}
+    model.set_weights(upd)
+    return upd
+
+
 def stats_tensors(names, x, xref=None, dr=None):
     """The statistics file's tensors for layers sharing the input x; with xref (the dense model's
     input of the same layers for the same tokens) also NAME.cross, so that the rebuild targets the
@@ -274,6 +293,8 @@ def main(argv=None):
     ap.add_argument("--residual", action=argparse.BooleanOptionalAction, default=True,
                     help="with --target dense: the attention-output and output layers also make up for the "
                          "residual stream's drift (NAME.residual)")
+    ap.add_argument("--ln-refit", action=argparse.BooleanOptionalAction, default=True,
+                    help="with --target dense: refit each LayerNorm's weight and bias to the dense model's output")
     ap.add_argument("--damp", default=None)
     ap.add_argument("--tilejit", default=None)
     a = ap.parse_args(argv)
@@ -358,6 +379,7 @@ def main(argv=None):
         xd = st.x0
         tmp_w = [os.path.join(a.out, "tmp-a.safetensors"), os.path.join(a.out, "tmp-b.safetensors")]
         step = 0
+        ln_updates = {}
         for i in range(nblocks):
             ins = [x, None, None, None]
             ins_d, xd_next = block_inputs(dense, i, xd, st.offs) if dense is not None else (None, None)
@@ -365,6 +387,10 @@ def main(argv=None):
                 if s == 1:
                     ins[1] = model.attention(i, x, st.offs)
                 elif s == 2:
+                    if ins_d is not None and a.ln_refit:
+                        p = "encoder.layer.%d.attention.output." % i
+                        ln_updates.update(refit_layer_norm(model, p + "LayerNorm",
+                                                           model.linear(p + "dense", ins[1]) + x, ins_d[2]))
                     ins[2] = model.attention_out(i, ins[1], x)
                 elif s == 3:
                     ins[3] = model.intermediate(i, ins[2])
@@ -388,10 +414,21 @@ def main(argv=None):
                 model.set_weights({k: np.array(pw[n + k[len(n):]]) for n in group for k in (n + ".weight", n + ".bias")})
                 cur = out_w
                 step += 1
+            if dense is not None and a.ln_refit:
+                p = "encoder.layer.%d.output." % i
+                ln_updates.update(refit_layer_norm(model, p + "LayerNorm",
+                                                   model.linear(p + "dense", ins[3]) + ins[2], xd_next))
             x = model.output(i, ins[3], ins[2])
             xd = xd_next
             log("calibrate: block %d/%d pruned (%.0f s)" % (i + 1, nblocks, time.time() - t))
-        os.replace(cur, pruned)
+        if ln_updates:
+            pw = dict(safetensors.load(cur))
+            pw.update(ln_updates)
+            safetensors.save(pruned, pw, {"format": "pt"})
+            del pw
+            os.remove(cur)
+        else:
+            os.replace(cur, pruned)
         for p in tmp_w + [os.path.join(a.out, "stats-stage.safetensors"), os.path.join(a.out, "pattern-stage.json")]:
             if os.path.exists(p):
                 os.remove(p)
