@@ -195,6 +195,14 @@ static void chol_inverse(const double *l, int64_t n, double *inv, double *u, tj_
 
 /* ---- statistics ---- */
 
+/* Entry i of a mapped F64 array (the mapping may be unaligned). */
+static double load_f64(const void *a, int64_t i)
+{
+    double v;
+    memcpy(&v, (const char *)a + (size_t)i * sizeof v, sizeof v);
+    return v;
+}
+
 tj_calib_options tj_calib_options_default(void)
 {
     tj_calib_options o = {sizeof(tj_calib_options), 0.001, 0, NULL, NULL};
@@ -222,11 +230,22 @@ static tj_status check_square(const char *where, const tj_prune_layer_in *L, con
     return TJ_OK;
 }
 
+/* Residual statistics of layer L ([k+1] × n): every entry finite. */
+static tj_status check_resid(const char *where, const tj_prune_layer_in *L, const void *r, tj_error *err)
+{
+    for (int64_t i = 0; i < (L->k + 1) * L->n; i++)
+        if (!isfinite(load_f64(r, i)))
+            return tj_fail(err, TJ_ERR_FORMAT, "%s: '%s.residual' has a non-finite entry at [%lld, %lld]", where, L->name,
+                           (long long)(i / L->n), (long long)(i % L->n));
+    return TJ_OK;
+}
+
 tj_status tj_calib_stats_check(const char *where, const tj_prune_layer_in *L, const void *h, const void *cross,
-                               int64_t tokens, tj_error *err)
+                               const void *resid, int64_t tokens, tj_error *err)
 {
     TJ_TRY(check_square(where, L, h, "hessian", tokens, err));
     if (cross) TJ_TRY(check_square(where, L, cross, "cross", tokens, err));
+    if (resid) TJ_TRY(check_resid(where, L, resid, err));
     return TJ_OK;
 }
 
@@ -275,6 +294,19 @@ tj_status tj_calib_stats_find(const tj_st_file *sf, const tj_prune_layer_in *L, 
                            sf->path, L->name, (long long)dim, (long long)dim, L->name);
         TJ_TRY(check_square(sf->path, L, x->data, "cross", tokens, err));
         out->cross = x->data;
+    }
+    if (!(name = malloc(len + 16))) return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory");
+    memcpy(name, L->name, len);
+    memcpy(name + len, ".residual", 10);
+    const tj_st_tensor *rs = tj_st_find(sf, name);
+    free(name);
+    if (rs) {
+        if (strcmp(rs->dtype_str, "F64") != 0 || rs->ndim != 2 || rs->shape[0] != dim || rs->shape[1] != L->n ||
+            (int64_t)(rs->end - rs->begin) != dim * L->n * 8)
+            return tj_fail(err, TJ_ERR_FORMAT, "%s: '%s.residual' must be an F64 matrix [%lld, %lld] (k + 1, n)",
+                           sf->path, L->name, (long long)dim, (long long)L->n);
+        TJ_TRY(check_resid(sf->path, L, rs->data, err));
+        out->resid = rs->data;
     }
     out->h = h->data;
     out->dim = dim;
@@ -341,6 +373,9 @@ static void tgt_run(void *arg, int64_t item)
         for (int64_t r = 0; r < nr; r++) row_target(c, r0 + r, wrow, wt + r * d);
         for (int64_t i = 0; i < d; i++)
             for (int64_t r = 0; r < nr; r++) gw[r * d + i] = dot(j->gd + i * d, wt + r * d, d);
+        if (c->cl->stats.resid)
+            for (int64_t i = 0; i < d; i++)
+                for (int64_t r = 0; r < nr; r++) gw[r * d + i] += load_f64(c->cl->stats.resid, i * c->n + r0 + r);
         for (int64_t i = 0; i < d; i++)
             for (int64_t r = 0; r < nr; r++) j->tg[(r0 + r) * d + i] = dot(c->hinv + i * d, gw + r * d, d);
     }
@@ -400,10 +435,11 @@ static tj_status lctx_init(lctx *c, const tj_calib_layer *cl, double damp, int n
         free(u);
         free(tmp);
     }
-    if (cl->stats.cross) {
-        /* tgt = Hd⁻¹ Gd w̃ with Gd = G + λI_k (G = Σ x̃ x̃_refᵀ): the minimiser over x of
-         * ‖X̃ x − X̃_ref w̃‖² + λ‖x − w̃‖² (bias undamped); then ‖X̃ x − X̃_ref w̃‖² + λ‖x − w̃‖²
-         * = (x − tgt)ᵀ Hd (x − tgt) + const, so selection and rebuild proceed with tgt as w̃. */
+    if (cl->stats.cross || cl->stats.resid) {
+        /* tgt = Hd⁻¹ (Gd w̃ + D) with Gd = G + λI_k (G = Σ x̃ x̃_refᵀ; Hd without cross
+         * statistics) and D = Σ x̃ (r_ref − r) this row's column of NAME.residual (0 without): the
+         * minimiser over x of ‖X̃ x − (X̃_ref w̃ + R_ref − R)‖² + λ‖x − w̃‖² (bias undamped); that
+         * equals (x − tgt)ᵀ Hd (x − tgt) + const, so selection and rebuild proceed with tgt as w̃. */
         int64_t nitems = (c->n + TGT_ROWS - 1) / TGT_ROWS;
         double *gd = malloc((size_t)(d * d) * sizeof *gd);
         char *failed = calloc((size_t)nitems, 1);
@@ -413,8 +449,12 @@ static tj_status lctx_init(lctx *c, const tj_calib_layer *cl, double damp, int n
             lctx_free(c);
             return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "layer '%s': out of memory for the dense-output target", L->name);
         }
-        memcpy(gd, cl->stats.cross, (size_t)(d * d) * sizeof *gd);
-        for (int64_t i = 0; i < c->k; i++) gd[i * d + i] += lambda;
+        if (cl->stats.cross) {
+            memcpy(gd, cl->stats.cross, (size_t)(d * d) * sizeof *gd);
+            for (int64_t i = 0; i < c->k; i++) gd[i * d + i] += lambda;
+        } else {
+            memcpy(gd, c->hd, (size_t)(d * d) * sizeof *gd);
+        }
         tgt_job job = {c, gd, c->tgt, failed};
         c->tgt = NULL; /* row_target reads the layer's own weights meanwhile */
         if (pool) tj_pool_run(pool, 0, nitems, tgt_run, &job);

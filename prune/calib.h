@@ -28,26 +28,33 @@
  *                                 DENSE model gives the layer for the same token (x̃ from the model
  *                                 being pruned). With it the rebuild targets the dense model's output
  *                                 W̃ x̃_ref instead of W̃ x̃ (see docs/pruning-calibrated.md).
+ *   NAME.residual F64 [k+1, n]    optional: Σ over the same tokens of x̃ (r_ref − r)ᵀ, where r is the
+ *                                 residual the layer's output is added to (before a LayerNorm) in
+ *                                 the model being pruned and r_ref the dense model's: the rebuild
+ *                                 then also makes up for the residual stream's drift.
  * __metadata__ {"format": "tilejit-calibration", "version": "1", ...}. */
 typedef struct tj_calib_stats {
     const double *h; /* [(k+1) × (k+1)], borrowed from the mapped file (may be unaligned: see calib.c) */
     int64_t dim;     /* k + 1 */
     int64_t tokens;
     const double *cross; /* NULL, or [(k+1) × (k+1)] Σ x̃ x̃_refᵀ (row: pruned input, column: dense) */
+    const double *resid; /* NULL, or [(k+1) × n] Σ x̃ (r_ref − r)ᵀ: the drift of the residual stream
+                            that this layer's output is added to (see NAME.residual) */
 } tj_calib_stats;
 
 /* Finds and checks the statistics of layer L in a statistics file: both tensors present, the
  * shapes matching L's k (a mismatch names both: statistics for another model), the token count
  * positive and equal to the ones column's diagonal, every entry finite; NAME.cross, when present,
- * checked the same way (its [k][k] entry counts the tokens too). */
+ * checked the same way (its [k][k] entry counts the tokens too); NAME.residual, when present,
+ * must be F64 [k+1, n] with finite entries. */
 tj_status tj_calib_stats_find(const tj_st_file *stats, const tj_prune_layer_in *L, tj_calib_stats *out,
                               tj_error *err);
 
-/* The same checks for statistics given as arrays (h, and cross or NULL, [(k+1) × (k+1)] F64, may
- * be unaligned): the token count positive and equal to the [k][k] entries, every entry finite.
- * `where` starts the error message (a file, or the API call). */
+/* The same checks for statistics given as arrays (h, and cross or NULL, [(k+1) × (k+1)] F64;
+ * resid or NULL, [(k+1) × n] F64; all may be unaligned): the token count positive and equal to the
+ * [k][k] entries, every entry finite. `where` starts the error message (a file, or the API call). */
 tj_status tj_calib_stats_check(const char *where, const tj_prune_layer_in *L, const void *h, const void *cross,
-                               int64_t tokens, tj_error *err);
+                               const void *resid, int64_t tokens, tj_error *err);
 
 typedef struct tj_calib_options {
     size_t size;     /* sizeof(tj_calib_options) */

@@ -250,11 +250,11 @@ static tj_status calib_layer_of(const tj_prune_calibrated_layer *in, const char 
     if (!L->name || !L->w || L->n < 1 || L->k < 1 || L->n > TJ_MAX_DIM || L->k > TJ_MAX_DIM || !in->hessian)
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "%s: a layer without name, weights, statistics or a valid shape",
                        where);
-    TJ_TRY(tj_calib_stats_check(where, L, in->hessian, in->cross, in->tokens, err));
+    TJ_TRY(tj_calib_stats_check(where, L, in->hessian, in->cross, in->residual, in->tokens, err));
     out->in = L;
     out->bias = in->bias;
     out->bdt = in->bdt;
-    out->stats = (tj_calib_stats){in->hessian, L->k + 1, in->tokens, in->cross};
+    out->stats = (tj_calib_stats){in->hessian, L->k + 1, in->tokens, in->cross, in->residual};
     out->density = in->density;
     return TJ_OK;
 }

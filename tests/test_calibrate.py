@@ -165,6 +165,24 @@ def main():
           all(np.array_equal(rebuilt[i][0], qkv[n + ".weight"]) and np.array_equal(rebuilt[i][1], qkv[n + ".bias"])
               for i, n in enumerate(grp)),
           "in-process prune = tilejit prune --calibration (pattern, weights, biases of %d layers)" % len(grp))
+    # ... and with residual statistics (NAME.residual) on the attention-output layer
+    ao = "encoder.layer.0.attention.output.dense"
+    ka, na = dense_w[ao + ".weight"].shape[1], dense_w[ao + ".weight"].shape[0]
+    xo = rng.standard_normal((200, ka)).astype(np.float32)
+    ho, go = calibrate.gram(xo), calibrate.cross_gram(xo, xo + 0.1 * rng.standard_normal((200, ka)).astype(np.float32))
+    ro = calibrate.resid_gram(xo, 0.3 * rng.standard_normal((200, na)).astype(np.float32))
+    tens = calibrate.stats_tensors([ao], ho, 200, go)
+    tens[ao + ".residual"] = ro
+    calibrate.save_stats(spath, tens, "tiny")
+    r = subprocess.run([TJ, "prune", "--weights", wpath, "--calibration", spath, "--layers", calibrate.layer_regex([ao]),
+                        "--g", g, "--sparsity", "0.5", "-o", os.path.join(tmp, "ao.json"), "--pruned-weights",
+                        os.path.join(tmp, "ao.safetensors"), "--quiet"], capture_output=True, text=True)
+    got_r, reb_r = pr.prune([(ao, dense_w[ao + ".weight"], dense_w[ao + ".bias"], ho, go, 200, 0.5, ro)])
+    _, reb_n = pr.prune([(ao, dense_w[ao + ".weight"], dense_w[ao + ".bias"], ho, go, 200, 0.5)])
+    ar = safetensors.load(os.path.join(tmp, "ao.safetensors")) if r.returncode == 0 else {}
+    check(r.returncode == 0 and np.array_equal(reb_r[0][0], ar[ao + ".weight"]) and
+          np.array_equal(reb_r[0][1], ar[ao + ".bias"]) and not np.array_equal(reb_r[0][1], reb_n[0][1]),
+          "in-process prune with residual statistics = tilejit prune with NAME.residual, and differs without")
     r = subprocess.run([TJ, "prune", "--weights", wpath, "--calibration", os.path.join(out, "stats-dense.safetensors"),
                         "--layers", calibrate.layer_regex(grp[:1]), "--g", g, "--sweep-out",
                         os.path.join(tmp, "sweep.safetensors"), "--sweep-steps", "8", "--sweep-weights", "2,5",
@@ -183,6 +201,25 @@ def main():
         check(False, "statistics whose token count disagrees must fail in process too")
     except RuntimeError as e:
         check("tokens" in str(e), "in process, bad statistics: %s" % e)
+
+    # residual statistics: X̃ᵀΔR in float64, last row the column sums of ΔR
+    dr = rng.standard_normal((300, 5)).astype(np.float32)
+    gr = calibrate.resid_gram(xa, dr, chunk=128)
+    want = ta.T @ dr.astype(np.float64)
+    rel = np.abs(gr - want).max() / np.abs(want).max()
+    check(gr.shape == (8, 5) and rel < 1e-5, "residual statistics = X̃ᵀΔR (rel. diff %.1e)" % rel)
+
+    # LayerNorm refit: recovers the weight and bias that map LN(z) onto a target exactly
+    lm = bert.Bert.from_dir(mdir, dtype=np.float64)
+    z = rng.standard_normal((400, 48)) * 3 + 1
+    w_true, b_true = rng.uniform(0.5, 2, 48), rng.normal(0, 0.5, 48)
+    ln_name = "encoder.layer.0.output.LayerNorm"
+    target = bert.layer_norm(z, w_true, b_true, lm.c["layer_norm_eps"])
+    upd = calibrate.refit_layer_norm(lm, ln_name, z, target)
+    err_w = np.abs(upd[ln_name + ".weight"] - w_true).max()
+    err_b = np.abs(upd[ln_name + ".bias"] - b_true).max()
+    check(err_w < 1e-4 and err_b < 1e-4 and np.array_equal(lm.w[ln_name + ".bias"], upd[ln_name + ".bias"]),
+          "LayerNorm refit recovers weight and bias (max err %.1e, %.1e) and sets them" % (err_w, err_b))
 
     # latency budget through the CLI: a made-up time table (ms = density · n · k / 1e4)
     for l in prof["layers"]:

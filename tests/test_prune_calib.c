@@ -19,6 +19,7 @@ typedef struct rl {
     float *w, *b;
     double *x, *h;
     double *xr, *gc; /* optional: the dense model's inputs X_ref [T × k] and G = X̃ᵀX̃_ref */
+    double *dr, *dres; /* optional: residual drift ΔR [T × n] and D = X̃ᵀΔR [(k+1) × n] */
     tj_prune_layer_in in;
     tj_calib_layer cl;
 } rl;
@@ -49,7 +50,7 @@ static void rl_init(rl *r, int64_t n, int64_t k, int64_t T, uint64_t seed, doubl
             for (int64_t j = 0; j < d; j++) r->h[i * d + j] += xi * (j < k ? r->x[t * k + j] : 1.0);
         }
     r->in = (tj_prune_layer_in){"blk.0.lin", n, k, r->w, TJ_F32, NULL, TJ_F32};
-    r->cl = (tj_calib_layer){&r->in, r->b, TJ_F32, {r->h, d, T, NULL}, density, NULL};
+    r->cl = (tj_calib_layer){&r->in, r->b, TJ_F32, {r->h, d, T, NULL, NULL}, density, NULL};
 }
 
 /* Dense-model inputs X_ref = X + a correlated perturbation (what the earlier pruned layers
@@ -71,9 +72,28 @@ static void rl_add_cross(rl *r, uint64_t seed)
     r->cl.stats.cross = r->gc;
 }
 
+/* A drift of the residual stream the layer's output is added to, ΔR = R_ref − R (partly
+ * explained by X, partly not), and its statistics D = X̃ᵀΔR, attached to the layer. */
+static void rl_add_resid(rl *r, uint64_t seed)
+{
+    tj_rng g = {seed};
+    int64_t k = r->k, n = r->n, d = k + 1, T = r->T;
+    r->dr = malloc((size_t)(T * n) * sizeof *r->dr);
+    r->dres = calloc((size_t)(d * n), sizeof *r->dres);
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t j = 0; j < n; j++)
+            r->dr[t * n + j] = 0.5 * r->x[t * k + (j * 5) % k] + 2.0 * (tj_rng_uniform(&g) - 0.5);
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t i = 0; i < d; i++) {
+            double xi = i < k ? r->x[t * k + i] : 1.0;
+            for (int64_t j = 0; j < n; j++) r->dres[i * n + j] += xi * r->dr[t * n + j];
+        }
+    r->cl.stats.resid = r->dres;
+}
+
 static void rl_free(rl *r)
 {
-    free(r->w), free(r->b), free(r->x), free(r->h), free(r->xr), free(r->gc);
+    free(r->w), free(r->b), free(r->x), free(r->h), free(r->xr), free(r->gc), free(r->dr), free(r->dres);
 }
 
 /* Solves A x = y (m × m) by Gaussian elimination with partial pivoting; A and y destroyed. */
@@ -120,7 +140,8 @@ static double out_err(const rl *r, const float *w, const float *b)
 }
 
 /* Every kept row of every tile against the normal equations (Hd[K',K'] x = Hd[K',:] w̃, or with
- * cross statistics Hd[K',K'] x = Gd[K',:] w̃: min ‖X̃_K' x − X̃_ref w̃‖² + λ‖x − w̃_K'‖²). */
+ * cross statistics Hd[K',K'] x = Gd[K',:] w̃: min ‖X̃_K' x − X̃_ref w̃‖² + λ‖x − w̃_K'‖²; with
+ * residual statistics D[K', row] is added to the right-hand side). */
 static void check_rebuild(const rl *r, const tj_layer *l, const float *w, const float *b, double damp)
 {
     int64_t d = r->k + 1;
@@ -142,6 +163,7 @@ static void check_rebuild(const rl *r, const tj_layer *l, const float *w, const 
                 double wc = c < r->k ? r->w[row * r->k + c] : r->b[row];
                 y[p] += ((r->gc ? r->gc : r->h)[idx[p] * d + c] + (idx[p] == c && c < r->k ? lambda : 0)) * wc;
             }
+            if (r->dres) y[p] += r->dres[idx[p] * r->n + row];
             for (int64_t q = 0; q < m; q++) a[p * m + q] = r->h[idx[p] * d + idx[q]] + (p == q && p < nk ? lambda : 0);
         }
         gauss(a, y, m);
@@ -277,6 +299,53 @@ static void test_tw1_cross(void)
             double e0 = out_err_ref(&r, w0, b0), e1 = out_err_ref(&r, w1, b1);
             CHECKF(e1 < 0.9 * e0, "density %g: error to the dense output %g with cross statistics, %g without", dens[di],
                    e1, e0);
+        }
+        tj_pattern_destroy(p0), tj_pattern_destroy(p1);
+        free(w0), free(b0), free(w1), free(b1);
+        rl_free(&r);
+    }
+}
+
+/* Residual statistics: the rebuild solves its normal equations with D added and, against the
+ * dense output plus the residual drift (what the next LayerNorm sees), errs less than without. */
+static double out_err_resid(const rl *r, const float *w, const float *b)
+{
+    double e = 0;
+    for (int64_t row = 0; row < r->n; row++)
+        for (int64_t t = 0; t < r->T; t++) {
+            double y0 = r->b[row] + r->dr[t * r->n + row], y1 = b[row];
+            for (int64_t i = 0; i < r->k; i++) {
+                y0 += r->xr[t * r->k + i] * r->w[row * r->k + i];
+                y1 += r->x[t * r->k + i] * w[row * r->k + i];
+            }
+            e += (y0 - y1) * (y0 - y1);
+        }
+    return e;
+}
+
+static void test_tw1_resid(void)
+{
+    const double dens[3] = {1.0, 0.5, 0.25};
+    for (int di = 0; di < 3; di++) {
+        rl r;
+        rl_init(&r, 10, 14, 60, 41 + (uint64_t)di, dens[di]);
+        rl_add_cross(&r, 87 + (uint64_t)di);
+        tj_prune_options o = tj_prune_options_default();
+        o.g = 4;
+        tj_calib_options co = tj_calib_options_default();
+        co.damp = 0.01;
+        co.threads = 2;
+        tj_pattern *p0 = NULL, *p1 = NULL;
+        float *w0 = NULL, *b0 = NULL, *w1 = NULL, *b1 = NULL;
+        tj_error err = {0};
+        CHECK_OK(tj_prune_calibrated(&r.cl, 1, &o, &co, &p0, &w0, &b0, &err), &err);
+        rl_add_resid(&r, 97 + (uint64_t)di);
+        CHECK_OK(tj_prune_calibrated(&r.cl, 1, &o, &co, &p1, &w1, &b1, &err), &err);
+        if (p0 && p1) {
+            check_rebuild(&r, &p1->layers[0], w1, b1, co.damp);
+            double e0 = out_err_resid(&r, w0, b0), e1 = out_err_resid(&r, w1, b1);
+            CHECKF(e1 < 0.9 * e0, "density %g: error to the dense output + drift %g with residual statistics, %g without",
+                   dens[di], e1, e0);
         }
         tj_pattern_destroy(p0), tj_pattern_destroy(p1);
         free(w0), free(b0), free(w1), free(b1);
@@ -520,9 +589,28 @@ static void test_bad_inputs(void)
         CHECK_OK(tj_st_open(path, &sf, &err), &err);
         if (sf) {
             CHECK_OK(tj_calib_stats_find(sf, &l7, &st, &err), &err);
-            CHECK(st.cross != NULL);
+            CHECK(st.cross != NULL && st.resid == NULL);
             tj_st_close(sf);
         }
+        /* residual statistics: [k + 1, n] F64, finite */
+        int64_t rshape[2] = {7, l7.n};
+        double *r7 = calloc((size_t)(7 * (l7.n + 1)), sizeof *r7);
+        tj_st_out_tensor t4[4] = {t3[0], t3[1], t3[2], {"blk.0.lin.residual", "F64", 2, rshape, r7, 7 * l7.n * 8}};
+        for (int bad = 0; bad < 3; bad++) {
+            rshape[1] = bad == 1 ? l7.n + 1 : l7.n;
+            t4[3].nbytes = 7 * rshape[1] * 8;
+            r7[3] = bad == 2 ? NAN : 0.5;
+            CHECK_OK(tj_st_write(path, t4, 4, NULL, &err), &err);
+            sf = NULL;
+            CHECK_OK(tj_st_open(path, &sf, &err), &err);
+            if (sf) {
+                tj_status s0 = tj_calib_stats_find(sf, &l7, &st, &err);
+                if (bad == 0) CHECK(s0 == TJ_OK && st.resid != NULL);
+                else CHECKF(s0 == TJ_ERR_FORMAT && strstr(err.msg, "residual"), "%s", err.msg);
+                tj_st_close(sf);
+            }
+        }
+        free(r7);
         free(x7);
     }
     free(h7);
@@ -611,7 +699,7 @@ static void test_in_memory(void)
     tj_prune_calibrated_layer ml[2];
     float *mw[2], *mb[2];
     for (int l = 0; l < 2; l++) {
-        ml[l] = (tj_prune_calibrated_layer){r[l].in, r[l].b, TJ_F32, r[l].h, r[l].gc, 40, 0.5};
+        ml[l] = (tj_prune_calibrated_layer){r[l].in, r[l].b, TJ_F32, r[l].h, r[l].gc, 40, 0.5, r[l].dres};
         mw[l] = malloc((size_t)(r[l].n * r[l].k) * sizeof(float));
         mb[l] = malloc((size_t)r[l].n * sizeof(float));
         for (int64_t i = 0; i < r[l].n * r[l].k; i++) mw[l][i] = NAN; /* poison: every element must be written */
@@ -678,6 +766,7 @@ int main(void)
     if (!mkdtemp(dir)) return 1;
     test_tw1_rebuild();
     test_tw1_cross();
+    test_tw1_resid();
     test_sweep();
     test_tw2_tew();
     test_knapsack();

@@ -176,6 +176,9 @@ typedef struct tj_prune_calibrated_layer {
                                 Σ x̃ x̃_refᵀ (the target is the dense model's output) */
     int64_t tokens;          /* tokens summed: must equal hessian[k][k] (and cross[k][k]) */
     double density;          /* kept fraction of the layer's weights, in [0, 1] (tew: both parts) */
+    const double *residual;  /* NULL, or [(k+1) × n] Σ x̃ (r_ref − r)ᵀ: the drift of the residual the
+                                layer's output is added to (dense model's minus this model's); the
+                                target then also makes up for it (docs/pruning-calibrated.md) */
 } tj_prune_calibrated_layer;
 
 /* Prunes and rebuilds the layers, each at its density: what tj_prune_calibrated_run does once it

@@ -181,6 +181,7 @@ class CalibratedLayer(ctypes.Structure):
         ("cross", ctypes.c_void_p),
         ("tokens", ctypes.c_int64),
         ("density", ctypes.c_double),
+        ("residual", ctypes.c_void_p),
     ]
 
 

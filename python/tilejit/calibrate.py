@@ -87,6 +87,38 @@ def cross_gram(x, xref, chunk=2048):
     return g
 
 
+def resid_gram(x, dr, chunk=2048):
+    """X̃ᵀ ΔR for X̃ = [x, 1] and ΔR [T × n] (the drift of the residual stream, dense − pruned) in
+    float64: NAME.residual, so that the rebuild also makes up for that drift."""
+    t, k = x.shape
+    g = np.zeros((k + 1, dr.shape[1]))
+    for s in range(0, t, chunk):
+        xs = np.asarray(x[s:s + chunk], dtype=np.float32)
+        ds = np.asarray(dr[s:s + chunk], dtype=np.float32)
+        g[:k] += xs.T @ ds  # float32 products, added in float64
+        g[k] += ds.sum(0, dtype=np.float64)
+    return g
+
+
+def refit_layer_norm(model, prefix, z, target):
+    """Refits LayerNorm `prefix` (its weight and bias, per feature) so that LN(z) best matches the
+    dense model's output `target` over the calibration tokens (least squares, 2 values per
+    feature); sets them in `model` and returns {name: array}."""
+    eps = model.c["layer_norm_eps"]
+    z = z.astype(np.float64)
+    mu = z.mean(-1, keepdims=True)
+    nz = (z - mu) / np.sqrt(((z - mu) ** 2).mean(-1, keepdims=True) + eps)
+    y = target.astype(np.float64)
+    nm, ym = nz.mean(0), y.mean(0)
+    var = ((nz - nm) ** 2).mean(0)
+    cov = ((nz - nm) * (y - ym)).mean(0)
+    w = np.where(var > 1e-12, cov / np.maximum(var, 1e-12), model.w[prefix + ".weight"])
+    b = ym - w * nm
+    upd = {prefix + ".weight": w.astype(np.float32), prefix + ".bias": b.astype(np.float32)}
+    model.set_weights(upd)
+    return upd
+
+
 def stats_tensors(names, h, tokens, g=None):
     """The statistics file's tensors for layers sharing one input: H (gram), the token count and,
     with g (cross_gram against the dense model's input), NAME.cross, so that the rebuild targets
@@ -125,7 +157,7 @@ class Pruner:
         o.threads = int(threads)
         self.o = o
 
-    def _layer(self, name, w, b, h, cross, tokens, density, keep):
+    def _layer(self, name, w, b, h, cross, tokens, density, resid=None, *, keep):
         """The tj_prune_calibrated_layer of one layer; `keep` holds the arrays it points into."""
         L = self._lib.CalibratedLayer()
         w = np.ascontiguousarray(w, dtype=np.float32)
@@ -148,14 +180,20 @@ class Pruner:
                 raise ValueError("%s: cross statistics of shape %s, H %s" % (name, cross.shape, h.shape))
             keep.append(cross)
             L.cross = cross.ctypes.data
+        if resid is not None:
+            resid = np.ascontiguousarray(resid, dtype=np.float64)
+            if resid.shape != (w.shape[1] + 1, w.shape[0]):
+                raise ValueError("%s: residual statistics of shape %s for a layer of shape %s" % (name, resid.shape, w.shape))
+            keep.append(resid)
+            L.residual = resid.ctypes.data
         return L
 
     def _fail(self, what, err):
         raise RuntimeError("tilejit: %s: %s" % (what, err.msg.decode(errors="replace")))
 
     def prune(self, layers):
-        """layers: [(name, w, b or None, H, cross or None, tokens, density)] → (the pattern's layer
-        objects, in the order given; [(rebuilt weights, bias)] as float32 arrays)."""
+        """layers: [(name, w, b or None, H, cross or None, tokens, density[, residual])] → (the
+        pattern's layer objects, in the order given; [(rebuilt weights, bias)] as float32 arrays)."""
         c, keep = ctypes, []
         arr = (self._lib.CalibratedLayer * len(layers))(*[self._layer(*l, keep=keep) for l in layers])
         outs = [(np.empty(l[1].shape, np.float32), np.empty(l[1].shape[0], np.float32)) for l in layers]
@@ -178,7 +216,7 @@ class Pruner:
         """The layer rebuilt at densities j/steps (j = 0 .. steps − 1): (its relative output error at
         each, {j: (weights, bias)} for the j in `which`)."""
         c, keep = ctypes, []
-        L = self._layer(name, w, b, h, None, tokens, 1.0, keep)
+        L = self._layer(name, w, b, h, None, tokens, 1.0, keep=keep)
         n, k = L.layer.n, L.layer.k
         outs = {j: (np.empty((n, k), np.float32), np.empty(n, np.float32)) for j in which}
         wp = (c.c_void_p * steps)(*[outs[j][0].ctypes.data if j in outs else None for j in range(steps)])
@@ -409,6 +447,9 @@ def sequential_prune(pruner, model, seqs, names, a, prof_path, dense_ins=None):
             if s == 1:
                 ins[1] = model.attention(i, x, st.offs)
             elif s == 2:
+                if ins_d is not None and a.ln_refit:
+                    p = "encoder.layer.%d.attention.output." % i
+                    refit_layer_norm(model, p + "LayerNorm", model.linear(p + "dense", ins[1]) + x, ins_d[2])
                 ins[2] = model.attention_out(i, ins[1], x)
             elif s == 3:
                 ins[3] = model.intermediate(i, ins[2])
@@ -416,11 +457,22 @@ def sequential_prune(pruner, model, seqs, names, a, prof_path, dense_ins=None):
             group = sorted("encoder.layer.%d.%s" % (i, n) for n in stage_names)
             h = gram(ins[s])
             g = cross_gram(ins[s], ins_d[s]) if ins_d is not None else None
+            # attention.output.dense's output is added to the block input x, output.dense's to h:
+            # with the dense inputs at hand their drift joins the target (NAME.residual)
+            rg = None
+            if ins_d is not None and a.residual and s in (1, 3):
+                r = 0 if s == 1 else 2
+                rg = resid_gram(ins[s], ins_d[r] - ins[r])
             got, rebuilt = pruner.prune([(n, model.w[n + ".weight"], model.w.get(n + ".bias"), h, g, ins[s].shape[0],
-                                          density[n]) for n in group])
+                                          density[n], rg) for n in group])
             layers += got
             model.set_weights({k: v for n, (w, b) in zip(group, rebuilt) for k, v in ((n + ".weight", w),
                                                                                     (n + ".bias", b))})
+        if ins_d is not None and a.ln_refit:
+            # the block's dense output: the next block's dense input (or the lockstep's)
+            yd = dense_ins[i + 1][0] if dense_ins is not None else xd
+            p = "encoder.layer.%d.output." % i
+            refit_layer_norm(model, p + "LayerNorm", model.linear(p + "dense", ins[3]) + ins[2], yd)
         x = model.output(i, ins[3], ins[2])
         log("calibrate: block %d/%d pruned (%.0f s)" % (i + 1, model.c["num_hidden_layers"], time.time() - t))
     return layers
@@ -482,6 +534,11 @@ def main(argv=None):
     ap.add_argument("--latency", default=None, metavar="M", help="measure per-layer times at M tokens for --budget-ms")
     ap.add_argument("--reuse-profile", action="store_true",
                     help="use OUT/stats-dense.safetensors and OUT/profile.json if they exist (same model and sentences)")
+    ap.add_argument("--residual", action=argparse.BooleanOptionalAction, default=True,
+                    help="with --target dense: the attention-output and output layers also make up for the "
+                         "residual stream's drift (NAME.residual)")
+    ap.add_argument("--ln-refit", action=argparse.BooleanOptionalAction, default=True,
+                    help="with --target dense: refit each LayerNorm's weight and bias to the dense model's output")
     ap.add_argument("--damp", default=None)
     ap.add_argument("--tilejit", default=None)
     a = ap.parse_args(argv)
@@ -533,6 +590,8 @@ def main(argv=None):
                 tensors.update(stats_tensors(group, h, ins[s].shape[0]))
             if dense_ins is not None:
                 dense_ins.append(ins)
+        if dense_ins is not None:
+            dense_ins.append([x])  # the last block's output: its output LayerNorm's refit target
         save_stats(stats_path, tensors, os.path.basename(a.model.rstrip("/")))
         del tensors, st
     t_stats = time.time() - t
