@@ -249,18 +249,29 @@ tj_status tj_calib_stats_check(const char *where, const tj_prune_layer_in *L, co
     return TJ_OK;
 }
 
+/* Tensor "LAYER.suffix" of the statistics file, or NULL; *oom set when the name could not be made. */
+static const tj_st_tensor *find_stat(const tj_st_file *sf, const char *layer, const char *suffix, int *oom)
+{
+    size_t len = strlen(layer), sl = strlen(suffix);
+    char *name = malloc(len + sl + 1);
+    if (!name) {
+        *oom = 1;
+        return NULL;
+    }
+    memcpy(name, layer, len);
+    memcpy(name + len, suffix, sl + 1);
+    const tj_st_tensor *t = tj_st_find(sf, name);
+    free(name);
+    return t;
+}
+
 tj_status tj_calib_stats_find(const tj_st_file *sf, const tj_prune_layer_in *L, tj_calib_stats *out, tj_error *err)
 {
     memset(out, 0, sizeof *out);
-    size_t len = strlen(L->name);
-    char *name = malloc(len + 16);
-    if (!name) return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory");
-    memcpy(name, L->name, len);
-    memcpy(name + len, ".hessian", 9);
-    const tj_st_tensor *h = tj_st_find(sf, name);
-    memcpy(name + len, ".tokens", 8);
-    const tj_st_tensor *t = tj_st_find(sf, name);
-    free(name);
+    int oom = 0;
+    const tj_st_tensor *h = find_stat(sf, L->name, ".hessian", &oom), *t = find_stat(sf, L->name, ".tokens", &oom);
+    const tj_st_tensor *x = find_stat(sf, L->name, ".cross", &oom), *rs = find_stat(sf, L->name, ".residual", &oom);
+    if (oom) return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory");
     if (!h || !t)
         return tj_fail(err, TJ_ERR_NOT_FOUND,
                        "%s: no statistics for layer '%s' (tensors '%s.hessian' and '%s.tokens'): a statistics file for another model or other layers?",
@@ -281,12 +292,6 @@ tj_status tj_calib_stats_find(const tj_st_file *sf, const tj_prune_layer_in *L, 
     int64_t tokens;
     memcpy(&tokens, t->data, 8);
     TJ_TRY(check_square(sf->path, L, h->data, "hessian", tokens, err));
-    len = strlen(L->name);
-    if (!(name = malloc(len + 16))) return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory");
-    memcpy(name, L->name, len);
-    memcpy(name + len, ".cross", 7);
-    const tj_st_tensor *x = tj_st_find(sf, name);
-    free(name);
     if (x) {
         if (strcmp(x->dtype_str, "F64") != 0 || x->ndim != 2 || x->shape[0] != dim || x->shape[1] != dim ||
             (int64_t)(x->end - x->begin) != dim * dim * 8)
@@ -295,11 +300,6 @@ tj_status tj_calib_stats_find(const tj_st_file *sf, const tj_prune_layer_in *L, 
         TJ_TRY(check_square(sf->path, L, x->data, "cross", tokens, err));
         out->cross = x->data;
     }
-    if (!(name = malloc(len + 16))) return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory");
-    memcpy(name, L->name, len);
-    memcpy(name + len, ".residual", 10);
-    const tj_st_tensor *rs = tj_st_find(sf, name);
-    free(name);
     if (rs) {
         if (strcmp(rs->dtype_str, "F64") != 0 || rs->ndim != 2 || rs->shape[0] != dim || rs->shape[1] != L->n ||
             (int64_t)(rs->end - rs->begin) != dim * L->n * 8)

@@ -262,10 +262,10 @@ def main():
     c_plain = embed_cos(mdir, plain, seqs, dense)
     check(c_cal > c_plain, "embedding cosine to dense: calibrated %.4f > plain magnitude %.4f" % (c_cal, c_plain))
     if real:
-        # measured 0.814 with the defaults (1,024 calibration sentences, dense target; bench/RESULTS.md,
-        # "Issue 16, second round"; the issue's target 0.87 is not reached): a regression bound,
-        # above the first round's 0.786, not the target
-        check(c_cal >= 0.80, "real model at 50 %%: cosine %.4f ≥ 0.80" % c_cal)
+        # measured 0.828 with the defaults (1,024 calibration sentences, dense target, residual
+        # statistics and LayerNorm refit; bench/RESULTS.md, "Issue 16, fourth round"; the issue's
+        # target 0.87 is not reached): a regression bound, above the second round's 0.814, not the target
+        check(c_cal >= 0.82, "real model at 50 %%: cosine %.4f ≥ 0.82" % c_cal)
     print("%d failures" % failures)
     return 1 if failures else 0
 

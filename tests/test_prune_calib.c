@@ -275,39 +275,8 @@ static double out_err_ref(const rl *r, const float *w, const float *b)
     return e;
 }
 
-/* With cross statistics the rebuild solves the dense-target normal equations, and its error
- * against the dense output is below the plain rebuild's (which targets the pruned inputs). */
-static void test_tw1_cross(void)
-{
-    const double dens[3] = {1.0, 0.5, 0.25};
-    for (int di = 0; di < 3; di++) {
-        rl r;
-        rl_init(&r, 10, 14, 60, 31 + (uint64_t)di, dens[di]);
-        tj_prune_options o = tj_prune_options_default();
-        o.g = 4;
-        tj_calib_options co = tj_calib_options_default();
-        co.damp = 0.01;
-        co.threads = 2;
-        tj_pattern *p0 = NULL, *p1 = NULL;
-        float *w0 = NULL, *b0 = NULL, *w1 = NULL, *b1 = NULL;
-        tj_error err = {0};
-        CHECK_OK(tj_prune_calibrated(&r.cl, 1, &o, &co, &p0, &w0, &b0, &err), &err);
-        rl_add_cross(&r, 77 + (uint64_t)di);
-        CHECK_OK(tj_prune_calibrated(&r.cl, 1, &o, &co, &p1, &w1, &b1, &err), &err);
-        if (p0 && p1) {
-            check_rebuild(&r, &p1->layers[0], w1, b1, co.damp);
-            double e0 = out_err_ref(&r, w0, b0), e1 = out_err_ref(&r, w1, b1);
-            CHECKF(e1 < 0.9 * e0, "density %g: error to the dense output %g with cross statistics, %g without", dens[di],
-                   e1, e0);
-        }
-        tj_pattern_destroy(p0), tj_pattern_destroy(p1);
-        free(w0), free(b0), free(w1), free(b1);
-        rl_free(&r);
-    }
-}
-
-/* Residual statistics: the rebuild solves its normal equations with D added and, against the
- * dense output plus the residual drift (what the next LayerNorm sees), errs less than without. */
+/* Output error against the dense output plus the residual drift (what the next LayerNorm sees):
+ * Σ ‖X̃ w̃' − (X̃_ref w̃ + ΔR)‖² from the data. */
 static double out_err_resid(const rl *r, const float *w, const float *b)
 {
     double e = 0;
@@ -323,13 +292,17 @@ static double out_err_resid(const rl *r, const float *w, const float *b)
     return e;
 }
 
-static void test_tw1_resid(void)
+/* The dense-output target (resid 0: without and then with cross statistics) and the residual
+ * statistics on top of it (resid 1: cross statistics, then also NAME.residual): the rebuild
+ * solves its normal equations, and its error to what it targets (the dense output, or the dense
+ * output plus the residual drift) is below the rebuild's without the added statistics. */
+static void test_tw1_targets(int resid)
 {
     const double dens[3] = {1.0, 0.5, 0.25};
     for (int di = 0; di < 3; di++) {
         rl r;
-        rl_init(&r, 10, 14, 60, 41 + (uint64_t)di, dens[di]);
-        rl_add_cross(&r, 87 + (uint64_t)di);
+        rl_init(&r, 10, 14, 60, (resid ? 41 : 31) + (uint64_t)di, dens[di]);
+        if (resid) rl_add_cross(&r, 87 + (uint64_t)di);
         tj_prune_options o = tj_prune_options_default();
         o.g = 4;
         tj_calib_options co = tj_calib_options_default();
@@ -339,13 +312,15 @@ static void test_tw1_resid(void)
         float *w0 = NULL, *b0 = NULL, *w1 = NULL, *b1 = NULL;
         tj_error err = {0};
         CHECK_OK(tj_prune_calibrated(&r.cl, 1, &o, &co, &p0, &w0, &b0, &err), &err);
-        rl_add_resid(&r, 97 + (uint64_t)di);
+        if (resid) rl_add_resid(&r, 97 + (uint64_t)di);
+        else rl_add_cross(&r, 77 + (uint64_t)di);
         CHECK_OK(tj_prune_calibrated(&r.cl, 1, &o, &co, &p1, &w1, &b1, &err), &err);
         if (p0 && p1) {
             check_rebuild(&r, &p1->layers[0], w1, b1, co.damp);
-            double e0 = out_err_resid(&r, w0, b0), e1 = out_err_resid(&r, w1, b1);
-            CHECKF(e1 < 0.9 * e0, "density %g: error to the dense output + drift %g with residual statistics, %g without",
-                   dens[di], e1, e0);
+            double e0 = resid ? out_err_resid(&r, w0, b0) : out_err_ref(&r, w0, b0);
+            double e1 = resid ? out_err_resid(&r, w1, b1) : out_err_ref(&r, w1, b1);
+            CHECKF(e1 < 0.9 * e0, "density %g: error to the %s %g with the %s statistics, %g without", dens[di],
+                   resid ? "dense output + drift" : "dense output", e1, resid ? "residual" : "cross", e0);
         }
         tj_pattern_destroy(p0), tj_pattern_destroy(p1);
         free(w0), free(b0), free(w1), free(b1);
@@ -765,8 +740,8 @@ int main(void)
     snprintf(dir, sizeof dir, "/tmp/tj_test_prune_calib_XXXXXX");
     if (!mkdtemp(dir)) return 1;
     test_tw1_rebuild();
-    test_tw1_cross();
-    test_tw1_resid();
+    test_tw1_targets(0);
+    test_tw1_targets(1);
     test_sweep();
     test_tw2_tew();
     test_knapsack();

@@ -19,7 +19,9 @@ calls libtilejit's calibrated pruner (tilejit/prune.h; the maths runs in C, the 
    attention output, intermediate, output), each stage's statistics are collected from the model
    with every earlier stage already pruned, together with the cross statistics X̃ᵀX̃_ref against the
    dense model's input of the same stage (--target dense, the default: the rebuild then matches the
-   dense model's output, not the layer's own output on drifted inputs), and the library
+   dense model's output, not the layer's own output on drifted inputs; the attention-output and
+   output layers also get NAME.residual, the drift of the residual they are added to, and the
+   LayerNorm after each is refitted to the dense model's output: --residual, --ln-refit), and the library
    (tj_prune_calibrated_layers) rebuilds that stage's layers at the densities allocated once over
    the whole profile (tj_prune_allocate) → OUT/pattern.json, OUT/pruned.safetensors. With
    --no-sequential or --allocation global: one `tilejit prune --calibration` call instead;
