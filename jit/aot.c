@@ -109,14 +109,16 @@ tj_status tj_compile_pattern(const tj_pattern *p, const tj_compile_options *opt,
         if (o.layer && strcmp(l->name, o.layer) != 0) continue;
         cfgs[nl] = tj_cuda_config_default(l);
         if (o.config_json && (s = tj_cuda_config_from_json(o.config_json, &cfgs[nl], err)) != TJ_OK) goto done;
-        if ((s = tj_cuda_emit(l, &cfgs[nl], &sources[nl], err)) != TJ_OK) goto done;
-        layer_of[nl] = i;
         for (int a = 0; a < narch; a++) {
             s = tj_cuda_config_fits_arch(&cfgs[nl], archs[a], tj_cuda_arch_smem_limit(archs[a]), NULL, err);
             if (s != TJ_OK) {
                 tj_error_prefix(err, "layer '%s'", l->name);
                 goto done;
             }
+        }
+        if ((s = tj_cuda_emit(l, &cfgs[nl], &sources[nl], err)) != TJ_OK) goto done;
+        layer_of[nl] = i;
+        for (int a = 0; a < narch; a++) {
             jobs[njobs].source = sources[nl];
             jobs[njobs].label = l->name;
             jobs[njobs].sm = tj_cuda_target_sm(&cfgs[nl], archs[a]); /* wgmma: sm_90a */
