@@ -156,6 +156,32 @@ class TorchOp(unittest.TestCase):
             self.assertLess(relerr(res[i], self.ref(xs[i])), 1e-5)
 
 
+    @unittest.skipIf(BACKEND == "reference", "the reference backend runs on the calling thread")
+    def test_follows_torch_threads(self):
+        # PyTorch runs an OpenMP runtime: tilejit's loops run on it, as many threads as
+        # torch.get_num_threads() says at each call; an explicit threads= stays fixed
+        fixed = tjt.TWLinear.from_linear(self.lin, layer=self.layer, backend=BACKEND, threads=1)
+        for m in (self.tw, fixed):
+            m._bound.group.model(torch.device("cpu"))
+        ctx, fixed_ctx = (m._bound.group._contexts[("cpu", None)] for m in (self.tw, fixed))
+        self.assertEqual(ctx.threading, "openmp")
+        x = torch.randn(300, 160, generator=self.gen)  # enough work to be shared out
+        old = torch.get_num_threads()
+        ys = []
+        try:
+            for t in (1, 3, 2):
+                torch.set_num_threads(t)
+                self.assertEqual(ctx.threads, t)
+                self.assertEqual(fixed_ctx.threads, 1)
+                with torch.no_grad():
+                    ys.append(self.tw(x))
+        finally:
+            torch.set_num_threads(old)
+        self.assertLess(relerr(ys[0], self.ref(x)), 1e-5)
+        for y in ys[1:]:  # the split never changes a result
+            self.assertTrue(torch.equal(y, ys[0]))
+
+
 class Block(torch.nn.Module):
     def __init__(self, d, h):
         super().__init__()

@@ -44,11 +44,12 @@ class _Group:
     """Layers loaded together (one pattern, one tilejit model per device, sharing a context), from
     host tensors {"NAME.weight": ..., "NAME.bias": ...} it keeps alive."""
 
-    def __init__(self, pattern, tensors, backend="auto", threads=0, cache_dir=None, tuning_log=None):
+    def __init__(self, pattern, tensors, backend="auto", threads=None, cache_dir=None, tuning_log=None):
         self.pattern = pattern
         self.tensors = tensors
         self.backend = backend
-        self.options = dict(threads=threads, cache_dir=cache_dir, tuning_log=tuning_log)
+        self.threads = threads
+        self.options = dict(cache_dir=cache_dir, tuning_log=tuning_log)
         self.index = {l["name"]: i for i, l in enumerate(pattern["layers"])}
         self._models = {}
         self._contexts = {}
@@ -72,7 +73,12 @@ class _Group:
             m = self._models.get(key)
             if m is None:
                 be = self._backend_for(device)
-                ctx = Context(backend=be, device=device.index or 0, **self.options)
+                ctx = Context(backend=be, device=device.index or 0, threads=self.threads or 0, **self.options)
+                if self.threads is None and be == "cpu" and ctx.threading == "pool":
+                    # no OpenMP runtime to share (threads 0 would follow it): torch's count now
+                    ctx.close()
+                    ctx = Context(backend=be, device=device.index or 0, threads=torch.get_num_threads(),
+                                  **self.options)
                 self._contexts[key] = ctx
                 m = Model.from_tensors(self.pattern, self.tensors, context=ctx)
                 self._models[key] = m
@@ -285,7 +291,7 @@ class TWLinear(nn.Module):
 
     @classmethod
     def from_linear(cls, linear, layer=None, *, sparsity=None, mode="tw1", g=128, ew=0.01, name="linear",
-                    backend="auto", threads=0, cache_dir=None, tuning_log=None):
+                    backend="auto", threads=None, cache_dir=None, tuning_log=None):
         """A TWLinear for an nn.Linear, with the pattern layer given (a dict; its name is used)
         or made by pruning this layer alone at `sparsity`."""
         w = linear.weight.detach()
@@ -391,7 +397,7 @@ def _load_weights(weights):
 
 
 def sparsify(model, pattern=None, weights=None, *, sparsity=None, mode="tw1", g=128, ew=0.01, layers=None,
-             backend="auto", threads=0, cache_dir=None, tuning_log=None):
+             backend="auto", threads=None, cache_dir=None, tuning_log=None):
     """Swaps the model's nn.Linear modules for TWLinear in place and returns a SparsifyReport.
 
     Either pattern= (a tilejit pattern: path, JSON text or dict) names the layers, matched to
@@ -401,7 +407,9 @@ def sparsify(model, pattern=None, weights=None, *, sparsity=None, mode="tw1", g=
     (mode tw1|tw2|tew, tile width g, one global threshold as `tilejit prune`); layers= (a regular
     expression on module names, re.search) selects them, default: every nn.Linear.
     Every swapped layer is compiled once now on the CPU (backend "cpu", or "reference"), and on
-    first use on each CUDA device."""
+    first use on each CUDA device.
+    threads=None (default): the CPU kernels follow torch.get_num_threads() of the calling thread at
+    each call, running on PyTorch's own OpenMP threads (docs/threads.md); threads=N: N threads."""
     t0 = time.perf_counter()
     rep = SparsifyReport()
     linears = {n: m for n, m in model.named_modules() if isinstance(m, nn.Linear)}
