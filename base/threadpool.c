@@ -29,20 +29,43 @@ struct tj_pool {
     int nworkers;
     pthread_t *tids;
     pthread_mutex_t run_lock; /* held by the caller whose job owns the workers */
-    pthread_mutex_t lock;     /* guards the job's membership: closed, joined, inflight */
+    pthread_mutex_t lock;     /* only for sleeping: workers on wake, the caller on done */
     pthread_cond_t wake, done;
-    atomic_uint_fast64_t gen;  /* bumped for each job (and for shutdown) */
-    int stop;
-    /* current job */
+    atomic_uint_fast64_t gen; /* bumped for each job (and for shutdown) */
+    atomic_uint_fast64_t state; /* the job's membership: OPEN | permits << 32 | workers inside */
+    atomic_int sleepers;      /* workers asleep on wake (the caller broadcasts only then) */
+    atomic_int stop;
+    /* current job: written by the caller before it opens `state`, read by workers that joined */
     tj_pool_fn fn;
     void *arg;
     int64_t n;
-    int want;                 /* workers that may join */
-    int joined;               /* workers that joined this job */
-    int inflight;             /* joined workers still draining */
-    int closed;               /* the caller ran out of items: late workers stay out */
     atomic_int_fast64_t next;
 };
+
+#define OPEN ((uint64_t)1 << 63)
+#define PERMIT ((uint64_t)1 << 32)
+#define INSIDE(s) ((s) & 0xffffffffu)
+
+/* The locks and atomics of a zeroed pool, either kind. */
+static void pool_init(tj_pool *p)
+{
+    pthread_mutex_init(&p->run_lock, NULL);
+    pthread_mutex_init(&p->lock, NULL);
+    pthread_cond_init(&p->wake, NULL);
+    pthread_cond_init(&p->done, NULL);
+    atomic_init(&p->gen, 0);
+    atomic_init(&p->state, 0);
+    atomic_init(&p->sleepers, 0);
+    atomic_init(&p->stop, 0);
+    atomic_init(&p->next, 0);
+}
+
+static void pause_once(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
 
 static void drain(tj_pool *p)
 {
@@ -53,9 +76,21 @@ static void drain(tj_pool *p)
     }
 }
 
-/* A worker joins a job only while it is open, so the caller never waits for a worker that was
- * asleep or descheduled (common on a loaded machine): it runs the items itself and waits only for
- * workers already inside. */
+/* A worker joins a job only while it is open and has a permit left, so the caller never waits
+ * for a worker that was asleep or descheduled (common on a loaded machine): it runs the items
+ * itself and waits only for workers already inside. Joining and leaving are one atomic update of
+ * `state` each (no lock on the way), and the caller spins before it sleeps: a decode-sized call
+ * (M = 1, microseconds) must not pay a futex round trip. */
+static int join(tj_pool *p)
+{
+    uint64_t s = atomic_load_explicit(&p->state, memory_order_relaxed);
+    do {
+        if (!(s & OPEN) || s < OPEN + PERMIT) return 0;
+    } while (!atomic_compare_exchange_weak_explicit(&p->state, &s, s - PERMIT + 1, memory_order_acq_rel,
+                                                    memory_order_relaxed));
+    return 1;
+}
+
 static void *worker(void *vp)
 {
     tj_pool *p = vp;
@@ -63,30 +98,26 @@ static void *worker(void *vp)
     for (;;) {
         uint64_t g = atomic_load_explicit(&p->gen, memory_order_acquire);
         for (int s = 0; g == seen && s < SPIN_ROUNDS; s++) {
-#if defined(__x86_64__) || defined(__i386__)
-            __builtin_ia32_pause();
-#endif
+            pause_once();
             g = atomic_load_explicit(&p->gen, memory_order_acquire);
         }
-        pthread_mutex_lock(&p->lock);
-        while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen && !p->stop)
-            pthread_cond_wait(&p->wake, &p->lock);
-        seen = g;
-        if (p->stop) {
+        if (g == seen) {
+            pthread_mutex_lock(&p->lock);
+            atomic_fetch_add(&p->sleepers, 1);
+            while ((g = atomic_load(&p->gen)) == seen && !atomic_load(&p->stop)) pthread_cond_wait(&p->wake, &p->lock);
+            atomic_fetch_sub(&p->sleepers, 1);
             pthread_mutex_unlock(&p->lock);
-            return NULL;
         }
-        int join = !p->closed && p->joined < p->want;
-        if (join) {
-            p->joined++;
-            p->inflight++;
-        }
-        pthread_mutex_unlock(&p->lock);
-        if (!join) continue;
+        seen = g;
+        if (atomic_load(&p->stop)) return NULL;
+        if (!join(p)) continue;
         drain(p);
-        pthread_mutex_lock(&p->lock);
-        if (--p->inflight == 0 && p->closed) pthread_cond_signal(&p->done);
-        pthread_mutex_unlock(&p->lock);
+        uint64_t s = atomic_fetch_sub_explicit(&p->state, 1, memory_order_release) - 1;
+        if (INSIDE(s) == 0 && !(s & OPEN)) { /* the last one out of a closed job: the caller may sleep */
+            pthread_mutex_lock(&p->lock);
+            pthread_cond_signal(&p->done);
+            pthread_mutex_unlock(&p->lock);
+        }
     }
 }
 
@@ -187,12 +218,9 @@ tj_status tj_pool_create_openmp(int threads, tj_pool **out, tj_error *err)
         dlclose(rt.lib);
         return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "thread pool: out of memory");
     }
+    pool_init(p);
     p->omp = rt;
     p->omp_threads = threads > 0 ? threads : 0;
-    pthread_mutex_init(&p->run_lock, NULL);
-    pthread_mutex_init(&p->lock, NULL);
-    pthread_cond_init(&p->wake, NULL);
-    pthread_cond_init(&p->done, NULL);
     *out = p;
     return TJ_OK;
 }
@@ -210,13 +238,7 @@ tj_status tj_pool_create(int threads, tj_pool **out, tj_error *err)
     p->nworkers = threads - 1;
     p->tids = calloc((size_t)threads, sizeof *p->tids);
     if (!p->tids) { free(p); return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "thread pool: out of memory"); }
-    pthread_mutex_init(&p->run_lock, NULL);
-    pthread_mutex_init(&p->lock, NULL);
-    pthread_cond_init(&p->wake, NULL);
-    pthread_cond_init(&p->done, NULL);
-    atomic_init(&p->gen, 0);
-    atomic_init(&p->next, 0);
-    p->closed = 1;
+    pool_init(p);
     for (int i = 0; i < p->nworkers; i++) {
         if (pthread_create(&p->tids[i], NULL, worker, p) != 0) {
             p->nworkers = i;
@@ -233,7 +255,7 @@ void tj_pool_destroy(tj_pool *p)
     if (!p) return;
     if (p->omp.lib) dlclose(p->omp.lib);
     pthread_mutex_lock(&p->lock);
-    p->stop = 1;
+    atomic_store(&p->stop, 1);
     atomic_fetch_add(&p->gen, 1);
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->lock);
@@ -266,22 +288,28 @@ void tj_pool_run(tj_pool *p, int threads, int64_t n, tj_pool_fn fn, void *arg)
     }
     int want = threads <= 0 || threads - 1 > p->nworkers ? p->nworkers : threads - 1;
     if (want > n - 1) want = (int)(n - 1);
-    pthread_mutex_lock(&p->lock);
     p->fn = fn;
     p->arg = arg;
     p->n = n;
-    p->want = want;
-    p->joined = 0;
-    p->inflight = 0;
-    p->closed = 0;
-    atomic_store(&p->next, 0);
-    atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
-    pthread_cond_broadcast(&p->wake);
-    pthread_mutex_unlock(&p->lock);
+    atomic_store_explicit(&p->next, 0, memory_order_relaxed);
+    atomic_store_explicit(&p->state, OPEN | (uint64_t)want * PERMIT, memory_order_release);
+    atomic_fetch_add(&p->gen, 1);
+    if (atomic_load(&p->sleepers) > 0) {
+        pthread_mutex_lock(&p->lock);
+        pthread_cond_broadcast(&p->wake);
+        pthread_mutex_unlock(&p->lock);
+    }
     drain(p);
-    pthread_mutex_lock(&p->lock);
-    p->closed = 1;
-    while (p->inflight > 0) pthread_cond_wait(&p->done, &p->lock);
-    pthread_mutex_unlock(&p->lock);
+    /* close: late workers stay out; wait for those inside (their results happen before) */
+    uint64_t s = atomic_fetch_and_explicit(&p->state, ~OPEN, memory_order_acq_rel) & ~OPEN;
+    for (int spin = 0; INSIDE(s) != 0 && spin < SPIN_ROUNDS; spin++) {
+        pause_once();
+        s = atomic_load_explicit(&p->state, memory_order_acquire);
+    }
+    if (INSIDE(s) != 0) {
+        pthread_mutex_lock(&p->lock);
+        while (INSIDE(atomic_load_explicit(&p->state, memory_order_acquire)) != 0) pthread_cond_wait(&p->done, &p->lock);
+        pthread_mutex_unlock(&p->lock);
+    }
     pthread_mutex_unlock(&p->run_lock);
 }
