@@ -17,13 +17,6 @@
 
 #include "tilejit.h"
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static int cmp(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -65,14 +58,14 @@ static int call(tj_model *model, int64_t i, layer_io *l, int64_t m)
 /* One pass over all layers; *t_tj: seconds inside tj_linear. 0 on a failed call. */
 static int pass(tj_model *model, layer_io *ls, int64_t nl, int64_t m, double *t_all, double *t_tj)
 {
-    double t0 = now(), tj = 0;
+    double t0 = tj_now(), tj = 0;
     for (int64_t i = 0; i < nl; i++) {
-        double a = now();
+        double a = tj_now();
         if (!call(model, i, &ls[i], m)) return 0;
-        tj += now() - a;
+        tj += tj_now() - a;
         host_work(&ls[i], m);
     }
-    *t_all = now() - t0;
+    *t_all = tj_now() - t0;
     *t_tj = tj;
     return 1;
 }
@@ -154,22 +147,17 @@ int main(int argc, char **argv)
         /* warm-up: 3 passes and at least 0.2 s (the first tens of milliseconds of a process ran
          * M = 1 passes 60 % slower here) */
         int warm = 3;
-        double t_warm = now();
+        double t_warm = tj_now();
         for (int p = 0; p < warm + passes && !status; p++) {
-            if (p == warm - 1 && now() - t_warm < 0.2) warm++;
+            if (p == warm - 1 && tj_now() - t_warm < 0.2) warm++;
             if (!checked[w]) { /* the tj_linear results of the first pass, before the program's work */
                 for (int64_t i = 0; i < nl && !status; i++) {
                     int64_t len = m * ls[i].n;
                     if (!call(model, i, &ls[i], m)) status = 1;
-                    double num = 0, den = 0;
-                    for (int64_t j = 0; j < len; j++) {
-                        double d = (double)ls[i].y[j] - ls[i].ref[j];
-                        num += d * d;
-                        den += (double)ls[i].ref[j] * ls[i].ref[j];
-                    }
-                    if (!status && !(sqrt(num / (den > 0 ? den : 1)) < 1e-5)) {
+                    double e = tj_rel_error(ls[i].y, ls[i].ref, len);
+                    if (!status && !(e <= tj_check_bound(TJ_F32))) {
                         fprintf(stderr, "openmp_host: layer %lld (%s): relative error %.2e to the reference\n",
-                                (long long)i, names[w], sqrt(num / (den > 0 ? den : 1)));
+                                (long long)i, names[w], e);
                         status = 1;
                     }
                     if (block == 0) memcpy(ls[i].first_y, ls[i].y, (size_t)len * sizeof(float));
