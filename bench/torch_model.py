@@ -15,11 +15,14 @@ how each side scales from the first thread count to the others.
 
 --pattern/--weights: a pruned model (tilejit.calibrate's pattern.json and pruned
 weights.safetensors); or --sparsity S to prune the encoder here (plain magnitude, one threshold).
---breakdown adds where a tilejit pass spends its time: the swapped linear layers, summed by
-forward hooks, and everything else (attention, LayerNorm, GELU, embeddings: PyTorch's).
+sparsify fuses each GELU that follows a swapped layer into its kernel (fuse_activations, the
+default); --no-fuse keeps PyTorch's GELU modules. --breakdown adds where a tilejit pass spends its
+time: the swapped linear layers, summed by forward hooks, and everything else (attention,
+LayerNorm, the GELUs when not fused, embeddings: PyTorch's).
 
 usage: .venv/bin/python bench/torch_model.py --pattern P.json --weights W.safetensors
-       [--model DIR] [--batch 128] [--sentences sample|fortunes] [--threads 1,2] [--runs 7] [--tilejit-threads N] [--breakdown]
+       [--model DIR] [--batch 128] [--sentences sample|fortunes] [--threads 1,2] [--runs 7]
+       [--tilejit-threads N] [--no-fuse] [--breakdown]
 (run it as `flock /tmp/tilejit-bench.lock chrt -f 10 ...` on a shared machine)
 """
 import argparse
@@ -84,6 +87,7 @@ def main():
     ap.add_argument("--tilejit-threads", type=int, default=None,
                     help="tilejit's threads (default: follow torch.get_num_threads())")
     ap.add_argument("--breakdown", action="store_true")
+    ap.add_argument("--no-fuse", action="store_true", help="keep the GELU modules (sparsify fuse_activations=False)")
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     a = ap.parse_args()
     if (a.pattern is None) == (a.sparsity is None):
@@ -103,17 +107,19 @@ def main():
         sentences = corpus_split()[0][:a.batch]
     batch = tok(sentences, padding=True, return_tensors="pt")
     sparse = copy.deepcopy(dense)
-    kw = {} if a.tilejit_threads is None else {"threads": a.tilejit_threads}
+    kw = {"fuse_activations": not a.no_fuse}
+    if a.tilejit_threads is not None:
+        kw["threads"] = a.tilejit_threads
     if a.pattern:
         rep = tjt.sparsify(sparse, pattern=a.pattern, weights=a.weights, **kw)
     else:
         rep = tjt.sparsify(sparse, sparsity=a.sparsity, layers=r"^encoder\.", **kw)
     kept = sum(d * n * k for _, _, n, k, d in rep.swapped) / max(1, sum(n * k for _, _, n, k, _ in rep.swapped))
     print("all-MiniLM-L6-v2, batch %d sentences (%d tokens, padded to %d each = M %d); %d layers on tilejit, "
-          "%.1f %% of their weights kept (%s); torch %s; tilejit threads: %s"
+          "%.1f %% of their weights kept (%s), %d activations fused; torch %s; tilejit threads: %s"
           % (a.batch, int(batch["attention_mask"].sum()), batch["input_ids"].shape[1], batch["input_ids"].numel(),
-             len(rep.swapped), 100 * kept, a.pattern or "sparsity %.2f, magnitude" % a.sparsity, torch.__version__,
-             a.tilejit_threads or "torch.get_num_threads()"))
+             len(rep.swapped), 100 * kept, a.pattern or "sparsity %.2f, magnitude" % a.sparsity, len(rep.fused),
+             torch.__version__, a.tilejit_threads or "torch.get_num_threads()"))
     with torch.no_grad():
         ref = dense(**batch).last_hidden_state
         masked = tjt.dense_copy(sparse)(**batch).last_hidden_state

@@ -342,11 +342,13 @@ def _group(pattern, weights, backend, threads, cache_dir, tuning_log):
 
 
 class SparsifyReport:
-    """What sparsify() did: .swapped [(module name, layer name, n, k, density)], .unmatched
-    (pattern layers with no nn.Linear), .skipped [(module name, reason)], .seconds."""
+    """What sparsify() did: .swapped [(module name, layer name, n, k, density)], .fused
+    [(module name, activation module now nn.Identity, activation)], .unmatched (pattern layers with
+    no nn.Linear), .skipped [(module name, reason)], .seconds."""
 
     def __init__(self):
         self.swapped, self.unmatched, self.skipped = [], [], []
+        self.fused = []  # (module name, activation module name, "gelu" | "relu")
         self.seconds = 0.0
         self.backend = ""
 
@@ -362,6 +364,8 @@ class SparsifyReport:
             lines.append("  weights kept: %.1f %% of %d" % (100 * kept / max(total, 1), total))
         for m, l, n, k, d in self.swapped:
             lines.append("  %-48s [%d x %d] density %.3f%s" % (m, n, k, d, "" if m == l else "  (layer %s)" % l))
+        for m, a, act in self.fused:
+            lines.append("  %s applies %s: %s is now nn.Identity" % (m, act, a))
         for m, why in self.skipped:
             lines.append("  skipped %s: %s" % (m, why))
         for l in self.unmatched:
@@ -396,8 +400,62 @@ def _load_weights(weights):
     return {k: torch.from_numpy(v) for k, v in safetensors.load(weights).items()}
 
 
+def _activation_of(mod):
+    """The activation tilejit's kernels apply that `mod` computes ("gelu": exact erf form,
+    "relu"), or None."""
+    if isinstance(mod, nn.ReLU):
+        return "relu"
+    if isinstance(mod, nn.GELU):
+        return "gelu" if mod.approximate == "none" else None
+    # transformers' GELUActivation (BERT's "gelu"): F.gelu, or its Python erf twin
+    act = getattr(mod, "act", None)
+    if type(mod).__name__ == "GELUActivation" and (act is nn.functional.gelu
+                                                   or getattr(act, "__name__", "") == "_gelu_python"):
+        return "gelu"
+    return None
+
+
+def _fusable(model, names):
+    """{module name of a linear in `names`: (activation, name of the activation module)} where the
+    linear's parent module sends the linear's output only into one activation child called once
+    (the parent's forward traced by torch.fx with every child a leaf)."""
+    import torch.fx
+    out = {}
+    by_parent = {}
+    for n in names:
+        parent, _, attr = n.rpartition(".")
+        by_parent.setdefault(parent, []).append(attr)
+
+    class Leaves(torch.fx.Tracer):
+        def is_leaf_module(self, m, qualname):
+            return True
+    for parent, attrs in by_parent.items():
+        pm = model.get_submodule(parent) if parent else model
+        acts = {c: a for c, m in pm.named_children() if (a := _activation_of(m))}
+        if not acts:
+            continue
+        try:
+            graph = Leaves().trace(pm)
+        except Exception:  # noqa: BLE001 — a parent fx cannot trace keeps its activation
+            continue
+        calls = {}
+        for node in graph.nodes:
+            if node.op == "call_module":
+                calls.setdefault(node.target, []).append(node)
+        for attr in attrs:
+            lin = calls.get(attr, [])
+            if len(lin) != 1 or len(lin[0].users) != 1:
+                continue
+            user = next(iter(lin[0].users))
+            if user.op == "call_module" and user.target in acts and len(calls[user.target]) == 1 \
+                    and user.args == (lin[0],) and not user.kwargs:
+                out[(parent + "." if parent else "") + attr] = (acts[user.target],
+                                                                 (parent + "." if parent else "") + user.target)
+    return out
+
+
 def sparsify(model, pattern=None, weights=None, *, sparsity=None, mode="tw1", g=128, ew=0.01, layers=None,
-             backend="auto", threads=None, cache_dir=None, tuning_log=None):
+             backend="auto", threads=None, cache_dir=None, tuning_log=None, fuse_activations=True):
     """Swaps the model's nn.Linear modules for TWLinear in place and returns a SparsifyReport.
 
     Either pattern= (a tilejit pattern: path, JSON text or dict) names the layers, matched to
@@ -409,7 +467,11 @@ def sparsify(model, pattern=None, weights=None, *, sparsity=None, mode="tw1", g=
     Every swapped layer is compiled once now on the CPU (backend "cpu", or "reference"), and on
     first use on each CUDA device.
     threads=None (default): the CPU kernels follow torch.get_num_threads() of the calling thread at
-    each call, running on PyTorch's own OpenMP threads (docs/threads.md); threads=N: N threads."""
+    each call, running on PyTorch's own OpenMP threads (docs/threads.md); threads=N: N threads.
+    fuse_activations: where a swapped layer's output goes only into an activation module that
+    tilejit's kernels apply themselves (exact GELU, ReLU), the kernel applies it and the module is
+    replaced by nn.Identity (found by tracing the layer's parent module with torch.fx; parents that
+    do not trace are left alone). The report lists them in .fused."""
     t0 = time.perf_counter()
     rep = SparsifyReport()
     linears = {n: m for n, m in model.named_modules() if isinstance(m, nn.Linear)}
@@ -442,6 +504,14 @@ def sparsify(model, pattern=None, weights=None, *, sparsity=None, mode="tw1", g=
         tensors[lname] = (w, b)
         chosen.append((mname, lname))
     if chosen:
+        fused = _fusable(model, [m for m, _ in chosen]) if fuse_activations else {}
+        for mname, lname in chosen:
+            act = fused.get(mname)
+            if act and by_layer[lname].get("activation", "none") in ("none", act[0]):
+                by_layer[lname] = dict(by_layer[lname], activation=act[0])
+                rep.fused.append((mname, act[1], act[0]))
+            else:
+                fused.pop(mname, None)
         sub = dict(pattern, layers=[by_layer[l] for _, l in chosen])
         group = _group(sub, tensors, backend, threads, cache_dir, tuning_log)
         group.model(torch.device("cpu"))  # compile now: errors surface here, not at the first call
@@ -452,6 +522,9 @@ def sparsify(model, pattern=None, weights=None, *, sparsity=None, mode="tw1", g=
             parent, _, attr = mname.rpartition(".")
             setattr(model.get_submodule(parent) if parent else model, attr, tw)
             rep.swapped.append((mname, lname, w.shape[0], w.shape[1], tw.density))
+        for _, act_name, _ in rep.fused:
+            parent, _, attr = act_name.rpartition(".")
+            setattr(model.get_submodule(parent) if parent else model, attr, nn.Identity())
     rep.seconds = time.perf_counter() - t0
     return rep
 
@@ -465,15 +538,28 @@ def sentence_embeddings(model, batch):
     return nn.functional.normalize((h * m).sum(1) / m.sum(1).clamp(min=1e-9), dim=1)
 
 
+class _DenseLinear(nn.Linear):
+    """nn.Linear followed by the activation a TWLinear applies in its kernel (sparsify's fusion)."""
+    activation = "none"
+
+    def forward(self, x):
+        y = super().forward(x)
+        if self.activation == "gelu":
+            return nn.functional.gelu(y)
+        return nn.functional.relu(y) if self.activation == "relu" else y
+
+
 def dense_copy(model):
-    """A deep copy of the model with every TWLinear back as an nn.Linear holding W ⊙ mask: the
-    dense model that computes what the sparse one computes (to check it, or to compare speed)."""
+    """A deep copy of the model with every TWLinear back as an nn.Linear holding W ⊙ mask (and
+    applying the activation sparsify fused into the kernel, if any): the dense model that computes
+    what the sparse one computes (to check it, or to compare speed)."""
     import copy
     m = copy.deepcopy(model)
     for name, mod in list(m.named_modules()):
         if isinstance(mod, TWLinear):
-            lin = nn.Linear(mod.in_features, mod.out_features, bias=mod.bias is not None,
-                            device=mod.weight.device, dtype=mod.weight.dtype)
+            lin = _DenseLinear(mod.in_features, mod.out_features, bias=mod.bias is not None,
+                               device=mod.weight.device, dtype=mod.weight.dtype)
+            lin.activation = mod.activation
             with torch.no_grad():
                 lin.weight.copy_(mod.masked_weight())
                 if mod.bias is not None:
