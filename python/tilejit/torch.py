@@ -166,12 +166,15 @@ def _run(b, x, out=None):
     shape = x.shape
     if shape[-1] != k:
         raise ValueError("tilejit: layer '%s' takes %d input features, x has shape %s" % (b.name, k, tuple(shape)))
-    nd = x.ndim
-    x2 = x if nd == 2 else x.reshape(-1, k)
-    kind = _KIND.get(x2.dtype)
+    kind = _KIND.get(x.dtype)
     if kind is None:
-        x2 = x2.float()
+        x = x.float()
         kind = _KIND[torch.float32]
+    if x.is_contiguous():  # [..., k] read as rows of k in place: no reshape, and y made in its final shape
+        x2, m, sx = x, x.numel() // k, (k, 1)
+    else:
+        x2 = x.reshape(-1, k)
+        m, sx = x2.shape[0], x2.stride()
     if x2.is_cpu:
         fn, mp, model = b.cpu or b.bind_cpu()
         dev_type, dev_id, stream, dev = L.kDLCPU, 0, None, None
@@ -182,20 +185,18 @@ def _run(b, x, out=None):
         stream = torch.cuda.current_stream(dev).cuda_stream or None
     else:
         raise TilejitError(6, "tilejit: no kernel for device '%s' (cpu and cuda only)" % x2.device.type)
-    m = x2.shape[0]
     if out is not None:
         if (out.dtype is not kind[2] or out.is_cpu != x2.is_cpu or out.shape[-1] != n or out.numel() != m * n
                 or not out.is_contiguous() or (dev is not None and out.device != dev)):
             raise ValueError("tilejit: out must be a contiguous %s tensor of shape %s on %s"
                              % (kind[2], (*shape[:-1], n), x2.device))
         y = out
-    elif dev is None:
-        y = torch.empty(m, n, dtype=kind[2])
+    elif dev is None:  # torch.empty(ints...) parses fastest; [M × n] is the common case
+        y = torch.empty(m, n, dtype=kind[2]) if len(shape) == 2 else torch.empty(*shape[:-1], n, dtype=kind[2])
     else:
-        y = torch.empty(m, n, dtype=kind[2], device=dev)
+        y = torch.empty(*shape[:-1], n, dtype=kind[2], device=dev)
     if m:
         s = _scratch
-        sx = x2.stride()
         _PACK.pack_into(s.buf, 0,
                         x2.data_ptr(), dev_type, dev_id, 2, kind[0], kind[1], 1, s.xs, s.xst, 0,
                         y.data_ptr(), dev_type, dev_id, 2, kind[3], kind[4], 1, s.ys, s.yst, 0,
@@ -205,8 +206,6 @@ def _run(b, x, out=None):
             raise TilejitError(st, model._error())
     if out is not None:
         return out
-    if nd != 2:
-        y = y.view(*shape[:-1], n)
     return y if kind[2] is x.dtype or x.dtype not in _KIND else y.to(x.dtype)
 
 
