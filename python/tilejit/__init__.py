@@ -53,12 +53,12 @@ def backend_built(backend):
 
 
 def load(pattern, weights, backend="auto", tuning_log=None, threads=0, cache_dir=None, device=0,
-         verbose=False, context=None):
+         verbose=False, context=None, threading="auto"):
     """Loads a pattern (JSON) and its weights (safetensors) and prepares every layer on a backend
     ("auto", "cpu", "cuda" or "reference"), or on `context` (a Context) when given. Returns a
-    Model."""
+    Model. threads, threading: as Context."""
     return Model(pattern, weights, backend=backend, tuning_log=tuning_log, threads=threads,
-                 cache_dir=cache_dir, device=device, verbose=verbose, context=context)
+                 cache_dir=cache_dir, device=device, verbose=verbose, context=context, threading=threading)
 
 
 def _enc(s):
@@ -326,9 +326,9 @@ class Model:
     concurrent linear() calls; close() (or `with`) frees it."""
 
     def __init__(self, pattern, weights, backend="auto", tuning_log=None, threads=0, cache_dir=None,
-                 device=0, verbose=False, context=None):
+                 device=0, verbose=False, context=None, threading="auto"):
         self._setup(context, dict(backend=backend, tuning_log=tuning_log, threads=threads,
-                                  cache_dir=cache_dir, device=device, verbose=verbose))
+                                  cache_dir=cache_dir, device=device, verbose=verbose, threading=threading))
         s = self._lib.tj_model_load(self._ctx, _enc(pattern), _enc(weights), ctypes.byref(self._model))
         self._finish(s)
 
