@@ -49,11 +49,12 @@ class _Group:
     """Layers loaded together (one pattern, one tilejit model per device, sharing a context), from
     host tensors {"NAME.weight": ..., "NAME.bias": ...} it keeps alive."""
 
-    def __init__(self, pattern, tensors, backend="auto", threads=0, cache_dir=None, tuning_log=None):
+    def __init__(self, pattern, tensors, backend="auto", threads=None, cache_dir=None, tuning_log=None):
         self.pattern = pattern
         self.tensors = tensors
         self.backend = backend
-        self.options = dict(threads=threads, cache_dir=cache_dir, tuning_log=tuning_log)
+        self.threads = threads
+        self.options = dict(cache_dir=cache_dir, tuning_log=tuning_log)
         self.index = {l["name"]: i for i, l in enumerate(pattern["layers"])}
         self._models = {}
         self._contexts = {}
@@ -77,7 +78,12 @@ class _Group:
             m = self._models.get(key)
             if m is None:
                 be = self._backend_for(device)
-                ctx = Context(backend=be, device=device.index or 0, **self.options)
+                ctx = Context(backend=be, device=device.index or 0, threads=self.threads or 0, **self.options)
+                if self.threads is None and be == "cpu" and ctx.threading == "pool":
+                    # no OpenMP runtime to share (threads 0 would follow it): torch's count now
+                    ctx.close()
+                    ctx = Context(backend=be, device=device.index or 0, threads=torch.get_num_threads(),
+                                  **self.options)
                 self._contexts[key] = ctx
                 m = Model.from_tensors(self.pattern, self.tensors, context=ctx)
                 self._models[key] = m
@@ -165,12 +171,15 @@ def _run(b, x, out=None):
     shape = x.shape
     if shape[-1] != k:
         raise ValueError("tilejit: layer '%s' takes %d input features, x has shape %s" % (b.name, k, tuple(shape)))
-    nd = x.ndim
-    x2 = x if nd == 2 else x.reshape(-1, k)
-    kind = _KIND.get(x2.dtype)
+    kind = _KIND.get(x.dtype)
     if kind is None:
-        x2 = x2.float()
+        x = x.float()
         kind = _KIND[torch.float32]
+    if x.is_contiguous():  # [..., k] read as rows of k in place: no reshape, and y made in its final shape
+        x2, m, sx = x, x.numel() // k, (k, 1)
+    else:
+        x2 = x.reshape(-1, k)
+        m, sx = x2.shape[0], x2.stride()
     if x2.is_cpu:
         fn, mp, model = b.cpu or b.bind_cpu()
         dev_type, dev_id, stream, dev = L.kDLCPU, 0, None, None
@@ -181,20 +190,18 @@ def _run(b, x, out=None):
         stream = torch.cuda.current_stream(dev).cuda_stream or None
     else:
         raise TilejitError(6, "tilejit: no kernel for device '%s' (cpu and cuda only)" % x2.device.type)
-    m = x2.shape[0]
     if out is not None:
         if (out.dtype is not kind[2] or out.is_cpu != x2.is_cpu or out.shape[-1] != n or out.numel() != m * n
                 or not out.is_contiguous() or (dev is not None and out.device != dev)):
             raise ValueError("tilejit: out must be a contiguous %s tensor of shape %s on %s"
                              % (kind[2], (*shape[:-1], n), x2.device))
         y = out
-    elif dev is None:
-        y = torch.empty(m, n, dtype=kind[2])
+    elif dev is None:  # torch.empty(ints...) parses fastest; [M × n] is the common case
+        y = torch.empty(m, n, dtype=kind[2]) if len(shape) == 2 else torch.empty(*shape[:-1], n, dtype=kind[2])
     else:
-        y = torch.empty(m, n, dtype=kind[2], device=dev)
+        y = torch.empty(*shape[:-1], n, dtype=kind[2], device=dev)
     if m:
         s = _scratch
-        sx = x2.stride()
         _PACK.pack_into(s.buf, 0,
                         x2.data_ptr(), dev_type, dev_id, 2, kind[0], kind[1], 1, s.xs, s.xst, 0,
                         y.data_ptr(), dev_type, dev_id, 2, kind[3], kind[4], 1, s.ys, s.yst, 0,
@@ -204,8 +211,6 @@ def _run(b, x, out=None):
             raise TilejitError(st, model._error())
     if out is not None:
         return out
-    if nd != 2:
-        y = y.view(*shape[:-1], n)
     return y if kind[2] is x.dtype or x.dtype not in _KIND else y.to(x.dtype)
 
 
@@ -264,6 +269,7 @@ class TWLinear(nn.Module):
         self.register_buffer("weight", weight)
         self.register_buffer("bias", bias)
         self.activation = activation
+        self.fused = False
         self._synced = None
         self._register_state_dict_hook(TWLinear._state_dict_hook)
         self.register_state_dict_pre_hook(TWLinear._state_dict_pre_hook)
@@ -294,7 +300,7 @@ class TWLinear(nn.Module):
 
     @classmethod
     def from_linear(cls, linear, layer=None, *, sparsity=None, mode="tw1", g=128, ew=0.01, name="linear",
-                    backend="auto", threads=0, cache_dir=None, tuning_log=None):
+                    backend="auto", threads=None, cache_dir=None, tuning_log=None):
         """A TWLinear for an nn.Linear, with the pattern layer given (a dict; its name is used)
         or made by pruning this layer alone at `sparsity`."""
         w = linear.weight.detach()
@@ -414,12 +420,14 @@ def _group(pattern, weights, backend, threads, cache_dir, tuning_log):
 
 
 class SparsifyReport:
-    """What sparsify() did: .swapped [(module name, layer name, n, k, density)], .unmatched
-    (pattern layers with no nn.Linear), .skipped [(module name, reason)], .loaded (tensors of the
-    weights file other than the pattern layers' copied into the model), .seconds."""
+    """What sparsify() did: .swapped [(module name, layer name, n, k, density)], .fused
+    [(module name, activation module now nn.Identity, activation)], .unmatched (pattern layers with
+    no nn.Linear), .skipped [(module name, reason)], .loaded (tensors of the weights file other than
+    the pattern layers' copied into the model), .seconds."""
 
     def __init__(self):
         self.swapped, self.unmatched, self.skipped = [], [], []
+        self.fused = []  # (module name, activation module name, "gelu" | "relu")
         self.loaded = 0
         self.seconds = 0.0
         self.backend = ""
@@ -438,6 +446,8 @@ class SparsifyReport:
             lines.append("  other tensors loaded from the weights file: %d" % self.loaded)
         for m, l, n, k, d in self.swapped:
             lines.append("  %-48s [%d x %d] density %.3f%s" % (m, n, k, d, "" if m == l else "  (layer %s)" % l))
+        for m, a, act in self.fused:
+            lines.append("  %s applies %s: %s is now nn.Identity" % (m, act, a))
         for m, why in self.skipped:
             lines.append("  skipped %s: %s" % (m, why))
         for l in self.unmatched:
@@ -472,8 +482,62 @@ def _load_weights(weights):
     return {k: torch.from_numpy(v) for k, v in safetensors.load(weights).items()}
 
 
+def _activation_of(mod):
+    """The activation tilejit's kernels apply that `mod` computes ("gelu": exact erf form,
+    "relu"), or None."""
+    if isinstance(mod, nn.ReLU):
+        return "relu"
+    if isinstance(mod, nn.GELU):
+        return "gelu" if mod.approximate == "none" else None
+    # transformers' GELUActivation (BERT's "gelu"): F.gelu, or its Python erf twin
+    act = getattr(mod, "act", None)
+    if type(mod).__name__ == "GELUActivation" and (act is nn.functional.gelu
+                                                   or getattr(act, "__name__", "") == "_gelu_python"):
+        return "gelu"
+    return None
+
+
+def _fusable(model, names):
+    """{module name of a linear in `names`: (activation, name of the activation module)} where the
+    linear's parent module sends the linear's output only into one activation child called once
+    (the parent's forward traced by torch.fx with every child a leaf)."""
+    import torch.fx
+    out = {}
+    by_parent = {}
+    for n in names:
+        parent, _, attr = n.rpartition(".")
+        by_parent.setdefault(parent, []).append(attr)
+
+    class Leaves(torch.fx.Tracer):
+        def is_leaf_module(self, m, qualname):
+            return True
+    for parent, attrs in by_parent.items():
+        pm = model.get_submodule(parent) if parent else model
+        acts = {c: a for c, m in pm.named_children() if (a := _activation_of(m))}
+        if not acts:
+            continue
+        try:
+            graph = Leaves().trace(pm)
+        except Exception:  # noqa: BLE001 — a parent fx cannot trace keeps its activation
+            continue
+        calls = {}
+        for node in graph.nodes:
+            if node.op == "call_module":
+                calls.setdefault(node.target, []).append(node)
+        for attr in attrs:
+            lin = calls.get(attr, [])
+            if len(lin) != 1 or len(lin[0].users) != 1:
+                continue
+            user = next(iter(lin[0].users))
+            if user.op == "call_module" and user.target in acts and len(calls[user.target]) == 1 \
+                    and user.args == (lin[0],) and not user.kwargs:
+                out[(parent + "." if parent else "") + attr] = (acts[user.target],
+                                                                 (parent + "." if parent else "") + user.target)
+    return out
+
+
 def sparsify(model, pattern=None, weights=None, *, sparsity=None, mode="tw1", g=128, ew=0.01, layers=None,
-             backend="auto", threads=0, cache_dir=None, tuning_log=None):
+             backend="auto", threads=None, cache_dir=None, tuning_log=None, fuse_activations=True):
     """Swaps the model's nn.Linear modules for TWLinear in place and returns a SparsifyReport.
 
     Either pattern= (a tilejit pattern: path, JSON text or dict) names the layers, matched to
@@ -484,7 +548,13 @@ def sparsify(model, pattern=None, weights=None, *, sparsity=None, mode="tw1", g=
     (mode tw1|tw2|tew, tile width g, one global threshold as `tilejit prune`); layers= (a regular
     expression on module names, re.search) selects them, default: every nn.Linear.
     Every swapped layer is compiled once now on the CPU (backend "cpu", or "reference"), and on
-    first use on each CUDA device."""
+    first use on each CUDA device.
+    threads=None (default): the CPU kernels follow torch.get_num_threads() of the calling thread at
+    each call, running on PyTorch's own OpenMP threads (docs/threads.md); threads=N: N threads.
+    fuse_activations: where a swapped layer's output goes only into an activation module that
+    tilejit's kernels apply themselves (exact GELU, ReLU), the kernel applies it and the module is
+    replaced by nn.Identity (found by tracing the layer's parent module with torch.fx; parents that
+    do not trace are left alone). The report lists them in .fused."""
     t0 = time.perf_counter()
     rep = SparsifyReport()
     linears = {n: m for n, m in model.named_modules() if isinstance(m, nn.Linear)}
@@ -530,6 +600,14 @@ def sparsify(model, pattern=None, weights=None, *, sparsity=None, mode="tw1", g=
         tensors[lname] = (w, b)
         chosen.append((mname, lname))
     if chosen:
+        fused = _fusable(model, [m for m, _ in chosen]) if fuse_activations else {}
+        for mname, lname in chosen:
+            act = fused.get(mname)
+            if act and by_layer[lname].get("activation", "none") in ("none", act[0]):
+                by_layer[lname] = dict(by_layer[lname], activation=act[0])
+                rep.fused.append((mname, act[1], act[0]))
+            else:
+                fused.pop(mname, None)
         sub = dict(pattern, layers=[by_layer[l] for _, l in chosen])
         group = _group(sub, tensors, backend, threads, cache_dir, tuning_log)
         group.model(torch.device("cpu"))  # compile now: errors surface here, not at the first call
@@ -537,9 +615,13 @@ def sparsify(model, pattern=None, weights=None, *, sparsity=None, mode="tw1", g=
         for mname, lname in chosen:
             w, b = tensors[lname]
             tw = TWLinear(_Bound(group, lname, w.shape[0], w.shape[1]), w, b, by_layer[lname].get("activation", "none"))
+            tw.fused = mname in fused  # its activation module became nn.Identity (pattern_of says "none")
             parent, _, attr = mname.rpartition(".")
             setattr(model.get_submodule(parent) if parent else model, attr, tw)
             rep.swapped.append((mname, lname, w.shape[0], w.shape[1], tw.density))
+        for _, act_name, _ in rep.fused:
+            parent, _, attr = act_name.rpartition(".")
+            setattr(model.get_submodule(parent) if parent else model, attr, nn.Identity())
     rep.seconds = time.perf_counter() - t0
     return rep
 
@@ -553,15 +635,28 @@ def sentence_embeddings(model, batch):
     return nn.functional.normalize((h * m).sum(1) / m.sum(1).clamp(min=1e-9), dim=1)
 
 
+class _DenseLinear(nn.Linear):
+    """nn.Linear followed by the activation a TWLinear applies in its kernel (sparsify's fusion)."""
+    activation = "none"
+
+    def forward(self, x):
+        y = super().forward(x)
+        if self.activation == "gelu":
+            return nn.functional.gelu(y)
+        return nn.functional.relu(y) if self.activation == "relu" else y
+
+
 def dense_copy(model):
-    """A deep copy of the model with every TWLinear back as an nn.Linear holding W ⊙ mask: the
-    dense model that computes what the sparse one computes (to check it, or to compare speed)."""
+    """A deep copy of the model with every TWLinear back as an nn.Linear holding W ⊙ mask (and
+    applying the activation sparsify fused into the kernel, if any): the dense model that computes
+    what the sparse one computes (to check it, or to compare speed)."""
     import copy
     m = copy.deepcopy(model)
     for name, mod in list(m.named_modules()):
         if isinstance(mod, TWLinear):
-            lin = nn.Linear(mod.in_features, mod.out_features, bias=mod.bias is not None,
-                            device=mod.weight.device, dtype=mod.weight.dtype)
+            lin = _DenseLinear(mod.in_features, mod.out_features, bias=mod.bias is not None,
+                               device=mod.weight.device, dtype=mod.weight.dtype)
+            lin.activation = mod.activation
             with torch.no_grad():
                 lin.weight.copy_(mod.masked_weight())
                 if mod.bias is not None:
@@ -634,7 +729,8 @@ def pattern_of(model):
     layers = []
     for name, mod in model.named_modules():
         if isinstance(mod, TWLinear):
-            layers.append(dict(mod.layer, name=name))
+            # an activation sparsify fused is the model's own module again once saved and reloaded
+            layers.append(dict(mod.layer, name=name, **({"activation": "none"} if mod.fused else {})))
     return {"format": "tilejit-pattern", "version": 1, "layers": layers} if layers else None
 
 
