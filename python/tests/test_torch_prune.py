@@ -304,6 +304,9 @@ def test_cli(tok):
               "CLI: a missing data file is one clear error: %s" % r.stderr.strip()[-300:])
 
 
+LINEARS = r"^encoder\.layer\.[0-9]+\.(attention\.(self\.(query|key|value)|output\.dense)|intermediate\.dense|output\.dense)$"
+
+
 def test_statistics_file(tok):
     """tilejit.torch.statistics writes the file `tilejit prune --calibration` reads: the C command
     prunes the saved model with it."""
@@ -320,7 +323,7 @@ def test_statistics_file(tok):
         check(h.shape == (65, 65) and tokens == int(h[-1, -1]) and tokens > 0,
               "statistics: H [k+1, k+1] with the token count in its corner (%d tokens)" % tokens)
         r = subprocess.run([exe, "prune", "--weights", os.path.join(d, "model.safetensors"), "--calibration", st,
-                            "--sparsity", "0.5", "--g", "32", "--layers", r"^encoder\.", "-o", os.path.join(d, "p.json"),
+                            "--sparsity", "0.5", "--g", "32", "--layers", LINEARS, "-o", os.path.join(d, "p.json"),
                             "--pruned-weights", os.path.join(d, "pw.safetensors")], capture_output=True, text=True)
         n = len(json.load(open(os.path.join(d, "p.json")))["layers"]) if r.returncode == 0 else 0
         check(r.returncode == 0 and n == 12, "tilejit prune --calibration on the statistics file: exit %d, %d layers %s"

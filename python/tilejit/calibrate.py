@@ -109,6 +109,15 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=None, help="threads (default: torch.get_num_threads())")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="the model's dtype")
     ap.add_argument("--tilejit", default=None, help="the tilejit command (for --budget-ms timing)")
+    ap.add_argument("--recover", default="none", choices=["none", "block", "finetune"],
+                    help="after pruning: block-local reconstruction of each block (block), then also "
+                         "distillation fine-tuning against the dense model (finetune); default none")
+    ap.add_argument("--recover-steps", type=int, default=200, help="Adam steps per block (200)")
+    ap.add_argument("--recover-lr", type=float, default=1e-4, help="block reconstruction's learning rate (1e-4)")
+    ap.add_argument("--finetune-steps", type=int, default=200, help="fine-tuning steps (200)")
+    ap.add_argument("--finetune-lr", type=float, default=2e-5, help="fine-tuning's learning rate (2e-5)")
+    ap.add_argument("--finetune-loss", default=None, choices=["hidden", "layers", "logits"],
+                    help="fine-tuning's loss (default: logits for causal LMs, hidden for encoders)")
     ap.add_argument("--stats-out", default=None, metavar="FILE",
                     help="also write the dense model's calibration statistics (for tilejit prune --calibration)")
     a = ap.parse_args(argv)
@@ -173,8 +182,15 @@ def run(a):
                     num_samples=n_cal, max_seq_len=max_len, allocation=a.allocation, sequential=a.sequential,
                     target=a.target, residual=a.residual, norm_refit=a.norm_refit, profile_samples=n_prof,
                     steps=a.steps, measure=measure, latency_m=a.latency, threads=a.threads, damp=a.damp, ew=a.ew,
-                    tilejit=a.tilejit, progress=log)
+                    tilejit=a.tilejit, progress=log, recover="block" if a.recover != "none" else None,
+                    recover_steps=a.recover_steps, recover_lr=a.recover_lr)
     log(str(rep))
+    ft = None
+    if a.recover == "finetune":
+        teacher, _, _ = load_model(a.model, a.gguf_file, a.dtype)
+        ft = tjt.finetune(model, teacher, cal_batches, steps=a.finetune_steps, lr=a.finetune_lr,
+                          loss=a.finetune_loss, num_samples=n_cal, progress=log)
+        del teacher
     tjt.save_pruned(model, a.out, tokenizer=tok)
     with open(os.path.join(a.out, "report.json"), "w") as f:
         json.dump(rep.to_dict(), f, indent=1)
@@ -185,7 +201,12 @@ def run(a):
                "mode": a.mode, "g": a.g, "allocation": a.allocation, "sparsity": a.sparsity,
                "budget_ms": a.budget_ms, "density": rep.density, "calibration": source,
                "calibration_samples": rep.samples, "calibration_tokens": rep.tokens,
-               "seconds": rep.seconds, "peak_rss_gb": rep.peak_rss_gb}
+               "seconds": rep.seconds, "peak_rss_gb": rep.peak_rss_gb, "recover": a.recover}
+    if rep.recovery:
+        summary["block_recovery"] = {"steps": sum(r["steps"] for r in rep.recovery),
+                                     "seconds": round(sum(r["seconds"] for r in rep.recovery), 1)}
+    if ft is not None:
+        summary["finetune"] = ft
     if a.evaluate:
         t = time.perf_counter()
         if causal:
@@ -205,6 +226,8 @@ def run(a):
         quality["seconds"] = round(time.perf_counter() - t, 1)
         summary["quality"] = quality
     summary["seconds_total"] = round(time.perf_counter() - t_all, 1)
+    from .sequential import peak_rss_gb
+    summary["peak_rss_gb"] = round(peak_rss_gb(), 2)  # the whole command's, evaluation included
     with open(os.path.join(a.out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
     print(json.dumps(summary))

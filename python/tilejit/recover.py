@@ -394,8 +394,9 @@ def finetune(model, teacher, data, *, steps=200, lr=2e-5, loss=None, num_samples
         for p in model.parameters():
             if id(p) not in originals:
                 originals[id(p)] = (p, p.detach().clone())
+        made = [tw for tw in tws if "kept" not in tw._modules]
         for tw in tws:
-            for p in tw.kept.parameters():
+            for p in tw.trainable().parameters():
                 originals.setdefault(id(p), (p, p.detach().clone()))
         swapped = _swap_in(model, linears, by_name)
         tile_params = [p for n in linears for p in getattr(swapped[n][0], swapped[n][1]).parameters()]
@@ -463,6 +464,8 @@ def finetune(model, teacher, data, *, steps=200, lr=2e-5, loss=None, num_samples
     finally:
         if swapped:
             _swap_out(swapped, keep=ok)
+        for tw in locals().get("made", []):
+            tw.trainable(False)  # the trained kept weights written into the kernel's weights
         state.leave()
         tstate.leave()
     res = {"steps": step, "heldout_before": before, "heldout_after": best, "loss": kind if isinstance(kind, str) else

@@ -342,13 +342,15 @@ class TWLinear(nn.Module):
         k = self._modules.get("kept")
         if k is None or self._kept_version() == self._synced:
             return
-        with torch.no_grad():
-            self.weight.copy_(k.dense_weight().to(self.weight.dtype))
+        with torch.no_grad():  # new tensors: the old ones may be a read-only mapping of a weights file
+            keep = self.mask().to(self.weight.device)
+            # the kept positions only: what lies outside the mask is ignored, and kept as it was
+            self.weight = torch.where(keep, k.dense_weight().to(self.weight.dtype), self.weight)
             if self.bias is not None and k.bias is not None:
-                self.bias.copy_(k.bias.detach().to(self.bias.dtype))
+                self.bias = k.bias.detach().to(self.bias.dtype).clone()
         b = self._bound
         group = _group({"format": "tilejit-pattern", "version": 1, "layers": [dict(self.layer, name=b.name)]},
-                       {b.name: (self.weight, self.bias)}, b.group.backend, b.group.options["threads"],
+                       {b.name: (self.weight, self.bias)}, b.group.backend, b.group.threads,
                        b.group.options["cache_dir"], b.group.options["tuning_log"])
         group.model(torch.device("cpu"))
         self._bound = _Bound(group, b.name, b.n, b.k)
