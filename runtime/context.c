@@ -1,21 +1,16 @@
-/* Contexts: options, the resolved backend, cache and tuning-log locations, per-thread errors. */
+/* Contexts, the part backends and models use: per-thread errors, verbose notes, the kernel
+ * cache directory, configs from the tuning records. Creating and destroying a context (and
+ * choosing its backend) is context_create.c's, above the backends. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "runtime/model.h"
+#include "runtime/context.h"
 #include "tj_config.h"
 #include "tuning/tuning.h"
 #include "jit/cache.h"
-#include "base/clock.h"
-#if TJ_HAVE_LLVM
-#include "runtime/backend_cpu.h"
-#endif
-#if TJ_HAVE_CUDA
-#include "runtime/backend_cuda.h"
-#endif
 
 /* The last error of this thread, tagged with the context it belongs to. */
 static _Thread_local struct {
@@ -67,6 +62,11 @@ tj_status tj_context_set_error(const tj_context *c, const tj_error *err)
     return err->status;
 }
 
+void tj_context_forget_error(const tj_context *c)
+{
+    if (last_error.ctx == c) last_error.ctx = NULL;
+}
+
 const char *tj_context_error(const tj_context *c)
 {
     return c && last_error.ctx == c ? last_error.msg : "";
@@ -105,103 +105,6 @@ tj_status tj_context_open_cache(tj_context *c, const char *backend, tj_cache **c
 
 const char *tj_context_log(const tj_context *c) { return c && c->log.data ? c->log.data : ""; }
 tj_backend tj_context_backend(const tj_context *c) { return c ? c->backend : TJ_BACKEND_AUTO; }
-
-static const tj_backend_ops *ops_for(tj_backend b)
-{
-    switch (b) {
-    case TJ_BACKEND_REFERENCE: return &tj_backend_reference_ops;
-#if TJ_HAVE_LLVM
-    case TJ_BACKEND_CPU: return &tj_backend_cpu_ops;
-#endif
-#if TJ_HAVE_CUDA
-    case TJ_BACKEND_CUDA: return &tj_backend_cuda_ops;
-#endif
-    default: return NULL;
-    }
-}
-
-static tj_status resolve_backend(tj_context *c, tj_error *err)
-{
-    if (c->opt.backend != TJ_BACKEND_AUTO) {
-        const tj_backend_ops *ops = ops_for(c->opt.backend);
-        if (!ops)
-            return tj_fail(err, TJ_ERR_UNSUPPORTED, "backend '%s' is not built into this tilejit (%s)",
-                           tj_backend_name(c->opt.backend),
-                           c->opt.backend == TJ_BACKEND_CPU ? "configured without LLVM 19"
-                                                            : "configured without the CUDA toolkit");
-        TJ_TRY(ops->available(c, err));
-        c->backend = c->opt.backend;
-        c->ops = ops;
-        return TJ_OK;
-    }
-    static const tj_backend order[] = {TJ_BACKEND_CUDA, TJ_BACKEND_CPU, TJ_BACKEND_REFERENCE};
-    for (size_t i = 0; i < sizeof order / sizeof *order; i++) {
-        const tj_backend_ops *ops = ops_for(order[i]);
-        if (!ops) {
-            tj_context_note(c, "auto: backend %s not built in", tj_backend_name(order[i]));
-            continue;
-        }
-        tj_error why;
-        tj_error_clear(&why);
-        if (ops->available(c, &why) != TJ_OK) {
-            tj_context_note(c, "auto: backend %s unavailable: %s", tj_backend_name(order[i]), why.msg);
-            continue;
-        }
-        c->backend = order[i];
-        c->ops = ops;
-        tj_context_note(c, "auto: using backend %s", tj_backend_name(order[i]));
-        return TJ_OK;
-    }
-    return tj_fail(err, TJ_ERR_INTERNAL, "no backend available");
-}
-
-tj_status tj_context_create(const tj_options *opt, tj_context **out)
-{
-    if (!out) return TJ_ERR_INVALID_ARGUMENT;
-    *out = NULL;
-    tj_context *c = calloc(1, sizeof *c);
-    if (!c) return TJ_ERR_OUT_OF_MEMORY;
-    tj_error err;
-    tj_error_clear(&err);
-    c->opt = tj_options_default();
-    pthread_mutex_init(&c->lock, NULL);
-    tj_sb_init(&c->log);
-    tj_status s = TJ_OK;
-    if (opt && !tj_options_in(&c->opt, sizeof c->opt, opt)) {
-        s = tj_fail(&err, TJ_ERR_INVALID_ARGUMENT, "tj_options.size is %zu: start from tj_options_default()", opt->size);
-        goto fail;
-    }
-    if (c->opt.threads < 0) {
-        s = tj_fail(&err, TJ_ERR_INVALID_ARGUMENT, "threads must be >= 0 (got %d)", c->opt.threads);
-        goto fail;
-    }
-    c->cache_dir = c->opt.cache_dir ? strdup(c->opt.cache_dir) : tj_cache_default_dir() /* jit/cache.c: the one policy */;
-    const char *log = c->opt.tuning_log ? c->opt.tuning_log : getenv("TILEJIT_TUNING_LOG");
-    if (log && *log && !(c->tuning_log = strdup(log))) {
-        s = tj_fail(&err, TJ_ERR_OUT_OF_MEMORY, "out of memory");
-        goto fail;
-    }
-    c->opt.cache_dir = c->cache_dir;
-    c->opt.tuning_log = c->tuning_log;
-    if (c->tuning_log) { /* merged once here; tj_context_config_for looks configs up in it */
-        tj_tune_db *db = NULL;
-        s = tj_tune_db_create(&db, &err);
-        c->tuning = db;
-        if (s == TJ_OK) s = tj_tune_db_load(db, c->tuning_log, 0, &err);
-        if (s != TJ_OK) goto fail;
-    }
-    s = resolve_backend(c, &err);
-    if (s != TJ_OK) goto fail;
-    *out = c;
-    return TJ_OK;
-fail:
-    /* No context to hang the message on: keep it for the thread with a NULL tag, readable
-     * through tj_context_error(NULL)'s sibling tj_last_error(). */
-    last_error.ctx = NULL;
-    snprintf(last_error.msg, sizeof last_error.msg, "%s", err.msg);
-    tj_context_destroy(c);
-    return s;
-}
 
 const char *tj_last_error(void) { return last_error.msg; }
 
@@ -252,34 +155,4 @@ const char *tj_context_config_at(tj_context *c, const char *backend, const char 
                     l->name, (long long)m, ch.config, c->tuning_log, tj_tune_match_name(ch.match), ch.device,
                     (long long)ch.m_tuned, 1e3 * ch.median);
     return ch.config;
-}
-
-void tj_context_destroy(tj_context *c)
-{
-    if (!c) return;
-#if TJ_HAVE_LLVM
-    tj_cpu_context_release(c);
-#endif
-#if TJ_HAVE_CUDA
-    tj_cuda_context_release(c);
-#endif
-    tj_sb_free(&c->log);
-    pthread_mutex_destroy(&c->lock);
-    free(c->cache_dir);
-    free(c->tuning_log);
-    free(c->config_override);
-    tj_tune_db_destroy(c->tuning);
-    if (last_error.ctx == c) last_error.ctx = NULL;
-    free(c);
-}
-
-int tj_backend_built(tj_backend b)
-{
-    switch (b) {
-    case TJ_BACKEND_AUTO:
-    case TJ_BACKEND_REFERENCE: return 1;
-    case TJ_BACKEND_CPU: return TJ_HAVE_LLVM;
-    case TJ_BACKEND_CUDA: return TJ_HAVE_CUDA;
-    default: return 0;
-    }
 }
