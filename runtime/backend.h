@@ -6,7 +6,16 @@
 
 #include <stdint.h>
 
+#include "base/dtype.h"
 #include "base/error.h"
+
+/* One layer's weights, borrowed from the mapped safetensors file (or a caller's tensors). */
+typedef struct tj_layer_weights {
+    const void *w;      /* [n, k] row-major */
+    tj_dtype wdt;
+    const void *bias;   /* [n], or NULL */
+    tj_dtype bdt;
+} tj_layer_weights;
 
 /* A dispatch, already checked by model.c. Host backends (ops->host_f32) get x32/y32: contiguous
  * fp32 row-major [M × K] / [M × N] in host memory, converted by model.c when the caller's

@@ -157,11 +157,7 @@ static tj_status compile_layer(tj_cpu_jit *jit, const tj_layer *l, tj_cpu_layer 
 
 /* ---------------------------------------------------------------- layers */
 
-int tj_cpu_count(void)
-{
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (int)n : 1;
-}
+int tj_cpu_count(void) { return tj_host_cores(); }
 
 int tj_cpu_layout_same(const tj_cpu_config *a, const tj_cpu_config *b)
 {

@@ -115,6 +115,7 @@ tj_status tj_context_set_config(tj_context *c, const char *json, tj_error *err)
     pthread_mutex_lock(&c->lock);
     free(c->config_override);
     c->config_override = copy;
+    c->override_dense = tj_tune_config_is_dense(copy);
     pthread_mutex_unlock(&c->lock);
     return TJ_OK;
 }
@@ -125,21 +126,33 @@ const char *tj_context_config_for(tj_context *c, const char *backend, const char
     return tj_context_config_at(c, backend, device, arch, l, m, 1, NULL);
 }
 
+/* The device and arch family records are keyed by, for backend: CPU backends name the family by
+ * machine ("x86_64"); records qualify it with the ISA ("x86_64-avx512") so an AVX2 record never
+ * lands on an AVX-512 host or back. */
+static void record_target(const char *backend, const char **device, const char *arch, char fam[64])
+{
+    snprintf(fam, 64, "%s", arch ? arch : "");
+    if (backend && strcmp(backend, "cpu") == 0) {
+        tj_tune_target host;
+        tj_tune_host_target(&host);
+        if (!arch || !strchr(arch, '-')) snprintf(fam, 64, "%s", host.arch);
+        static _Thread_local char dev[sizeof host.device];
+        if (!*device) {
+            snprintf(dev, sizeof dev, "%s", host.device);
+            *device = dev;
+        }
+    }
+}
+
 const char *tj_context_config_at(tj_context *c, const char *backend, const char *device, const char *arch,
                                  const tj_layer *l, int64_t m, int note, int64_t *m_tuned)
 {
     if (m_tuned) *m_tuned = 0;
+    /* a forced dense path is no kernel config: the backend builds its default (never run) */
+    if (c->config_override && c->override_dense) return NULL;
     if (c->config_override || !c->tuning || !l) return c->config_override;
-    /* CPU backends name the family by machine ("x86_64"); records qualify it with the ISA
-     * ("x86_64-avx512") so an AVX2 record never lands on an AVX-512 host or back. */
-    tj_tune_target host;
     char fam[64];
-    snprintf(fam, sizeof fam, "%s", arch ? arch : "");
-    if (backend && strcmp(backend, "cpu") == 0) {
-        tj_tune_host_target(&host);
-        if (!arch || !strchr(arch, '-')) snprintf(fam, sizeof fam, "%s", host.arch);
-        if (!device) device = host.device;
-    }
+    record_target(backend, &device, arch, fam);
     tj_tune_choice ch;
     pthread_mutex_lock(&c->lock);
     tj_status s = tj_tune_db_best(c->tuning, backend, device, fam, l, m, &ch);
@@ -155,4 +168,22 @@ const char *tj_context_config_at(tj_context *c, const char *backend, const char 
                     l->name, (long long)m, ch.config, c->tuning_log, tj_tune_match_name(ch.match), ch.device,
                     (long long)ch.m_tuned, 1e3 * ch.median);
     return ch.config;
+}
+
+int tj_context_path_at(tj_context *c, const char *backend, const char *device, const char *arch, const tj_layer *l,
+                       int64_t m, char *why, size_t cap)
+{
+    if (cap) why[0] = '\0';
+    if (c->config_override) {
+        snprintf(why, cap, "forced: config %s", c->config_override);
+        return c->override_dense;
+    }
+    if (!c->tuning || !l) return -1;
+    char fam[64], line[900];
+    record_target(backend, &device, arch, fam);
+    pthread_mutex_lock(&c->lock);
+    int r = tj_tune_db_path(c->tuning, backend, device, fam, l, m, line, sizeof line);
+    pthread_mutex_unlock(&c->lock);
+    if (r >= 0) snprintf(why, cap, "%s (%s)", line, c->tuning_log);
+    return r;
 }

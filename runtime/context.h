@@ -21,6 +21,7 @@ struct tj_context {
     pthread_mutex_t lock;       /* guards log and lazily created backend state */
     tj_strbuf log;
     char *config_override;      /* a config JSON every layer uses (tuner, --config), or NULL */
+    int override_dense;         /* config_override is the dense path's (TJ_TUNE_DENSE_CONFIG) */
     void *tuning;               /* autotune/'s loaded tuning records, or NULL */
     void *cpu;                  /* backend_cpu.c's per-context state (thread pool, JIT) */
     void *cuda;                 /* backend_cuda.c's per-context state (driver, device) */
@@ -45,8 +46,14 @@ tj_status tj_context_open_cache(tj_context *c, const char *backend, tj_cache **c
 const char *tj_context_config_for(tj_context *c, const char *backend, const char *device,
                                   const char *arch, const tj_layer *l, int64_t m);
 /* The same without a note, for probing many M (per-M dispatch); *m_tuned (optional): the M the
- * chosen record was measured at (0: no record). */
+ * chosen record was measured at (0: no record). The dense path's records never answer, and a
+ * forced dense path (the override) gives NULL: a backend only ever sees kernel configs. */
 const char *tj_context_config_at(tj_context *c, const char *backend, const char *device, const char *arch,
                                  const tj_layer *l, int64_t m, int note, int64_t *m_tuned);
+/* What the records say of layer l at batch m: 1 the dense path is faster than the best kernel
+ * config, 0 it is not (or a kernel config is forced), 1 also when the dense path is forced; -1
+ * no say (no log, or not both a dense and a kernel record apply). `why` gets one line. */
+int tj_context_path_at(tj_context *c, const char *backend, const char *device, const char *arch, const tj_layer *l,
+                       int64_t m, char *why, size_t cap);
 
 #endif

@@ -15,14 +15,8 @@
 #include "jit/cache.h"
 #include "runtime/backend.h"
 #include "runtime/context.h"
-
-/* One layer's weights, borrowed from the mapped safetensors file. */
-typedef struct tj_layer_weights {
-    const void *w;      /* [n, k] row-major */
-    tj_dtype wdt;
-    const void *bias;   /* [n], or NULL */
-    tj_dtype bdt;
-} tj_layer_weights;
+#include "runtime/reference.h"
+#include "runtime/dense_path.h"
 
 struct tj_model {
     tj_context *ctx;
@@ -35,20 +29,15 @@ struct tj_model {
     void **owned;               /* compact copies of strided in-memory tensors (model_tensors.c) */
     int64_t nowned;
     int64_t copied_bytes;
+    tj_paths *paths;            /* which layers take the dense path at which M (dense_path.c), or NULL */
 };
 
 /* Prepares every layer of a model whose pattern and weights are bound (m->pattern, m->lw) on its
- * backend and times it. On failure the backend state is already released (m->ops is NULL). */
+ * backend, chooses each layer's path per M (the backend's kernel or the dense path) and times it.
+ * On failure everything is already released (m->ops is NULL). */
 tj_status tj_model_prepare(tj_model *m, tj_error *err);
-
-/* The yardstick (reference.c): plain loops over the semantics of docs/architecture.md, fp32 accumulation.
- * x: [m × k] fp32 row-major, y: [m × n] fp32 row-major, fully written. Needs no memory. */
-void tj_reference_linear(const tj_layer *l, const tj_layer_weights *w, const float *x, int64_t m,
-                         float *y);
-/* Bias and activation for a whole row-major [m × n] block (reference and host epilogues). */
-void tj_reference_epilogue(const tj_layer *l, const tj_layer_weights *w, float *y, int64_t m);
-/* Activation on one value (shared by reference and host epilogues). */
-float tj_activate(tj_activation a, float v);
+/* Releases what tj_model_prepare made (backend state, dense paths); m->ops becomes NULL. */
+void tj_model_unprepare(tj_model *m);
 
 /* DLTensor helpers shared by model.c, model_tensors.c and the backends: the element type (0 if
  * unsupported), the element strides of a 2-D tensor (compact row-major when strides is NULL),
