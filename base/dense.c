@@ -488,6 +488,15 @@ __attribute__((destructor)) static void tls_unload(void)
     pthread_key_delete(tls_key);
 }
 
+void tj_onednn_thread_release(void)
+{
+    if (atomic_load(&tls_ok) != 1) return;
+    tls_state *t = pthread_getspecific(tls_key);
+    if (!t) return;
+    pthread_setspecific(tls_key, NULL);
+    tls_destroy(t);
+}
+
 static tls_state *tls_get(void)
 {
     pthread_once(&tls_once, tls_init);
@@ -622,6 +631,17 @@ static void blas_names(void)
 #else
     for (int i = 0; i < 2; i++)
         snprintf(blas_name[i], sizeof blas_name[i], "this tilejit was built without OpenBLAS (Debian libopenblas-dev)");
+#endif
+}
+
+#if TJ_HAVE_OPENBLAS
+int blas_thread_shutdown_(void);
+#endif
+
+void tj_openblas_quiesce(void)
+{
+#if TJ_HAVE_OPENBLAS
+    blas_thread_shutdown_();
 #endif
 }
 

@@ -25,6 +25,11 @@ typedef enum tj_dense_act { TJ_DENSE_ACT_NONE = 0, TJ_DENSE_ACT_RELU, TJ_DENSE_A
  * missing or not 3.x. */
 tj_status tj_onednn_open(tj_error *err);
 
+/* Stops OpenBLAS's worker threads now (its next call starts them again). After a call they spin
+ * for a while (OPENBLAS_THREAD_TIMEOUT, 2^28 cycles by default), and at real-time priority a
+ * spinning worker keeps another library's OpenMP threads off the cores: oneDNN calls right after
+ * an OpenBLAS one then take milliseconds. The benchmarks call it after timing OpenBLAS. */
+void tj_openblas_quiesce(void);
 /* Y [m × n] = act(X [m × k] · W [n × k]ᵀ + bias), fp32 Y. */
 typedef struct tj_onednn_matmul_desc {
     int64_t m;          /* rows of X; 0: any, given per call (oneDNN's runtime dimension) */
@@ -51,6 +56,9 @@ tj_status tj_onednn_matmul_run(const tj_onednn_matmul *mm, const void *x, float 
  * call costs microseconds): tj_onednn_matmul_run_bound then allocates nothing. Not thread-safe. */
 tj_status tj_onednn_matmul_bind(tj_onednn_matmul *mm, const void *x, float *y, tj_error *err);
 int tj_onednn_matmul_run_bound(tj_onednn_matmul *mm);
+/* Frees the calling thread's oneDNN stream and memory objects (made by its first run; also freed
+ * when the thread exits). tj_context_destroy calls it, as it frees the thread's other scratch. */
+void tj_onednn_thread_release(void);
 /* "oneDNN 3.2.0 fp32 matmul (brg:avx512_core)". Borrowed. */
 const char *tj_onednn_matmul_name(const tj_onednn_matmul *mm);
 /* Bytes of the reordered weights (and bias) it holds. */

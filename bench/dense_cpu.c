@@ -112,6 +112,7 @@ const char *tj_dense_name(const tj_dense *d) { return d->name; }
 void tj_dense_destroy(tj_dense *d)
 {
     if (!d) return;
+    if (d->kind == TJ_DENSE_OPENBLAS) tj_openblas_quiesce(); /* its spinning workers would slow what runs next */
     tj_onednn_matmul_destroy(d->mm);
     free(d->xb);
     free(d->wb);

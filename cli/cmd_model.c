@@ -33,7 +33,9 @@ static const char *help =
     "thread count; cuBLAS on the GPU. Column 'path': what the layer ran at this M, its generated\n"
     "kernel or the dense path (onednn, openblas; docs/dense-path.md), where that is faster.\n"
     "Timing: a warm-up, then at least 5 repeats and --min-time seconds (default 0.1), median\n"
-    "per call. Prints one row per layer and the total; exits 1 if any layer is out of bounds.\n\n"
+    "per call; on the CPU tilejit and oneDNN in 3 interleaved rounds (each a third of --min-time),\n"
+    "then OpenBLAS, the median round. Prints one row per layer and the total; exits 1 if any\n"
+    "layer is out of bounds.\n\n"
     "Load time is shown cold and warm: without --cache-dir the model is loaded into a fresh\n"
     "temporary kernel cache (cold), then loaded again from it (warm).\n\n"
     "--reference-weights DENSE.safetensors: also compare each layer's output with the dense\n"
@@ -130,6 +132,18 @@ static double measure(tj_timed_fn fn, timed *t, double min_time)
     return tj_time_calls(fn, t, &o, &tm, NULL, 0, NULL) == TJ_OK ? tm.median_s : -1;
 }
 
+/* Rounds of interleaved timing per layer (CPU): tilejit and oneDNN, ROUNDS times. */
+#define ROUNDS 3
+_Static_assert(ROUNDS == 3, "median3 takes three rounds");
+
+/* The median of ROUNDS times; -1 when any is missing. */
+static double median3(const double v[ROUNDS])
+{
+    double a = v[0], b = v[1], c = v[2];
+    if (a < 0 || b < 0 || c < 0) return -1;
+    return a > b ? (b > c ? b : (a > c ? c : a)) : (a > c ? a : (b > c ? c : b));
+}
+
 /* Removes a temporary cache directory tree (two levels are enough for the kernel cache, but
  * recurse anyway). Best effort. */
 static void remove_tree(const char *path)
@@ -195,7 +209,7 @@ int cmd_model(int argc, char **argv)
     tj_model *model = NULL;
     tj_st_file *ref = NULL;
     double agree_dot = 0, agree_yy = 0, agree_dd = 0, agree_min = INFINITY;
-    float *x = NULL, *y = NULL, *yref = NULL, *wf = NULL, *yd = NULL, *bf = NULL;
+    float *x = NULL, *y = NULL, *yref = NULL, *wf = NULL, *bf = NULL;
     int rc = 1;
     if (refw) {
         tj_error rerr = {0};
@@ -227,10 +241,9 @@ int cmd_model(int argc, char **argv)
     x = malloc((size_t)(M * maxk) * sizeof *x);
     y = malloc((size_t)(M * maxn) * sizeof *y);
     yref = malloc((size_t)(M * maxn) * sizeof *yref);
-    yd = malloc((size_t)(M * maxn) * sizeof *yd);
     wf = malloc((size_t)(maxn * maxk) * sizeof *wf);
     bf = malloc((size_t)maxn * sizeof *bf);
-    if (!x || !y || !yref || !yd || !wf || !bf) { cli_fail("model", "out of memory (M = %lld)", (long long)M); goto done; }
+    if (!x || !y || !yref || !wf || !bf) { cli_fail("model", "out of memory (M = %lld)", (long long)M); goto done; }
 
     int nthreads = threads ? (int)threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     char dname[2][200] = {"", ""}, dense_name[600] = "cuBLAS";
@@ -275,31 +288,54 @@ int cmd_model(int argc, char **argv)
         } else {
             if (gpu && !staged && herr[0]) fprintf(stderr, "tilejit model: GPU timing hook: %s; timing through staging copies\n", herr);
             if (gpu) staged = 1;
-            t_tj = measure(run_tilejit_fn, &t, min_time);
-            if (t.failed) { cli_fail("model", "%s", tj_context_error(ctx)); goto done; }
 #if TJ_HAVE_LLVM
-            if (!gpu) { /* the fastest fp32 dense baseline of this layer (bias and activation too) */
+            if (!gpu) { /* tilejit and the fastest fp32 dense baseline of this layer (bias and activation
+                         * too), timed in interleaved rounds: drift of the machine during the row (other
+                         * jobs, clocks) then falls on both sides, not on whichever ran second */
                 tj_model_dense_weights(model, i, wf);
                 const float *bias = tj_model_dense_bias(model, i, bf) == TJ_OK ? bf : NULL;
                 static const tj_dense_kind kinds[2] = {TJ_DENSE_ONEDNN_F32, TJ_DENSE_OPENBLAS};
-                int win = -1;
+                tj_dense *dk[2] = {NULL, NULL};
                 for (int kd = 0; kd < 2; kd++) {
                     tj_error derr;
-                    if (tj_dense_create_layer(kinds[kd], x, wf, bias, li.activation, yd, M, li.n, li.k, nthreads,
-                                              &t.dense, &derr) != TJ_OK)
-                        continue;
-                    snprintf(dname[kd], sizeof dname[kd], "%s", tj_dense_name(t.dense));
-                    double td = measure(run_dense_fn, &t, min_time);
+                    /* into tilejit's own y (checked above): the same input and output memory on
+                     * both sides (a separate buffer measurably changed the times, by up to 5 %) */
+                    if (tj_dense_create_layer(kinds[kd], x, wf, bias, li.activation, y, M, li.n, li.k, nthreads, &dk[kd],
+                                              &derr) == TJ_OK)
+                        snprintf(dname[kd], sizeof dname[kd], "%s", tj_dense_name(dk[kd]));
+                }
+                /* tilejit and oneDNN interleaved; OpenBLAS after them (its workers spin after a call
+                 * and would slow a oneDNN call that follows: destroying it stops them) */
+                double rt[ROUNDS], rd[2][ROUNDS];
+                for (int r = 0; r < ROUNDS && !t.failed; r++) {
+                    rt[r] = measure(run_tilejit_fn, &t, min_time / ROUNDS);
+                    t.dense = dk[0];
+                    rd[0][r] = dk[0] ? measure(run_dense_fn, &t, min_time / ROUNDS) : -1;
+                }
+                for (int r = 0; r < ROUNDS; r++) {
+                    t.dense = dk[1];
+                    rd[1][r] = dk[1] ? measure(run_dense_fn, &t, min_time / ROUNDS) : -1;
+                }
+                t.dense = NULL;
+                tj_dense_destroy(dk[0]);
+                tj_dense_destroy(dk[1]);
+                if (t.failed) { cli_fail("model", "%s", tj_context_error(ctx)); goto done; }
+                t_tj = median3(rt);
+                int win = -1;
+                for (int kd = 0; kd < 2; kd++) {
+                    double td = median3(rd[kd]);
                     if (td > 0 && (t_dense < 0 || td < t_dense)) {
                         t_dense = td;
                         win = kd;
                     }
-                    tj_dense_destroy(t.dense);
-                    t.dense = NULL;
                 }
                 if (win >= 0) dwins[win]++;
-            }
+            } else
 #endif
+            {
+                t_tj = measure(run_tilejit_fn, &t, min_time);
+                if (t.failed) { cli_fail("model", "%s", tj_context_error(ctx)); goto done; }
+            }
         }
         if (t_dense < 0) have_dense = 0;
         double dens = (double)li.kept_weights / (double)(li.n * li.k);
@@ -364,7 +400,6 @@ done:
     free(x);
     free(y);
     free(yref);
-    free(yd);
     free(wf);
     free(bf);
     tj_model_destroy(model);
