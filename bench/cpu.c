@@ -340,7 +340,8 @@ static int bench_point(const char *C, const bopts *o, double s, tj_cpu_jit *jit,
     tj_run tr = {cl, pool, o->threads, xin, yout, o->m};
     res->tj_s = time_it(run_tj, &tr, o->min_time, o->repeats);
     if (run_path(C, o, &l, &lw, cl, x, y, ref, res)) goto done;
-    if (time_baselines(C, o, x, w, ref, res)) goto done;
+    /* into tilejit's own y (checked above): the same input and output memory on both sides */
+    if (time_baselines(C, o, x, w, y, res)) goto done;
     rc = 0;
 done:
     tj_cpu_layer_free(cl);
