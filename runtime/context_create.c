@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/dense.h"
 #include "runtime/context.h"
 #include "runtime/registry.h"
 #include "tuning/tuning.h"
@@ -97,6 +98,7 @@ void tj_context_destroy(tj_context *c)
     const tj_backend_ops *const *all = tj_registry_all(&nb);
     for (size_t i = 0; i < nb; i++)
         if (all[i]->release) all[i]->release(c);
+    tj_onednn_thread_release(); /* the dense path's per-thread objects (runtime/dense_path.c) */
     tj_sb_free(&c->log);
     pthread_mutex_destroy(&c->lock);
     free(c->cache_dir);

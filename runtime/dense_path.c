@@ -125,7 +125,7 @@ const char *tj_dense_layer_word(const tj_dense_layer *d) { return d->lib == LIB_
 
 /* ---------------------------------------------------------------- a model's paths */
 
-enum { SRC_FORCED = 1, SRC_RECORDS, SRC_RULE, SRC_BF16 };
+enum { SRC_FORCED = 1, SRC_RECORDS, SRC_RULE, SRC_BF16, SRC_OFF };
 
 typedef struct path_layer {
     tj_dense_layer *dense;                 /* NULL: the kernel at every M */
@@ -140,6 +140,7 @@ struct tj_paths {
     int threads;
     path_layer *l;
     char nolib[600];                       /* why no dense library could run a layer ("" if none failed) */
+    int off;                               /* TILEJIT_DENSE_PATH=off */
 };
 
 void tj_paths_free(tj_paths *ps)
@@ -173,6 +174,9 @@ tj_status tj_paths_build(tj_context *c, const char *backend, const tj_pattern *p
     }
     tj_status s = TJ_OK;
     const char *device = tj_host_cpu_name(), *arch = "x86_64";
+    /* TILEJIT_DENSE_PATH=off: kernels only (a forced dense path still runs; docs/dense-path.md) */
+    const char *env = getenv("TILEJIT_DENSE_PATH");
+    ps->off = env && (strcmp(env, "off") == 0 || strcmp(env, "0") == 0);
     for (int64_t i = 0; i < p->nlayers && s == TJ_OK; i++) {
         const tj_layer *l = &p->layers[i];
         path_layer *pl = &ps->l[i];
@@ -180,7 +184,10 @@ tj_status tj_paths_build(tj_context *c, const char *backend, const tj_pattern *p
         for (int b = 0; b < TJ_PATH_BUCKETS; b++) {
             char why[1024];
             int r = tj_context_path_at(c, backend, device, arch, l, bucket_m(b), why, sizeof why);
-            if (r >= 0) {
+            if (ps->off && !c->override_dense) {
+                pl->src[b] = SRC_OFF;
+                r = 0;
+            } else if (r >= 0) {
                 pl->src[b] = c->config_override ? SRC_FORCED : SRC_RECORDS;
                 if (pl->src[b] == SRC_RECORDS && !(pl->records_why[b] = strdup(why))) {
                     s = tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory");
@@ -268,6 +275,7 @@ const char *tj_paths_why(const tj_paths *ps, int64_t layer, int64_t m)
     case SRC_FORCED: snprintf(buf, sizeof buf, "%s: forced by the config", path); break;
     case SRC_RECORDS: snprintf(buf, sizeof buf, "%s: %s", path, pl->records_why[b]); break;
     case SRC_BF16: snprintf(buf, sizeof buf, "kernel: it computes in bf16 at this M (the rule is fp32's)"); break;
+    case SRC_OFF: snprintf(buf, sizeof buf, "kernel: the dense path is off (TILEJIT_DENSE_PATH)"); break;
     default: {
         double x = tj_dense_rule_crossover(bucket_m(b), l->n, l->k, ps->threads);
         char mclass[48];

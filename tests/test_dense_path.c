@@ -336,6 +336,26 @@ static void test_records(void)
     tj_pattern_destroy(p);
 }
 
+/* TILEJIT_DENSE_PATH=off: kernels only, whatever the rule says. */
+static void test_off(void)
+{
+    setenv("TILEJIT_DENSE_PATH", "off", 1);
+    tj_context *c = context(NULL, NULL);
+    tj_model *m = NULL;
+    CHECK(c && tj_model_load(c, pat, wts, &m) == TJ_OK);
+    for (int64_t i = 0; m && i < NL; i++) {
+        tj_path path;
+        const char *why = NULL;
+        CHECK(tj_model_layer_path(m, i, 128, &path, NULL, &why) == TJ_OK);
+        CHECKF(path == TJ_PATH_KERNEL && strstr(why, "off"), "layer %lld: %s", (long long)i, why);
+        double e = run_check(m, i, 128, 990 + (uint64_t)i);
+        CHECKF(e <= 1e-5, "off: layer %lld: relative error %g", (long long)i, e);
+    }
+    tj_model_destroy(m);
+    tj_context_destroy(c);
+    unsetenv("TILEJIT_DENSE_PATH");
+}
+
 /* ---- concurrency ------------------------------------------------------------------------- */
 
 typedef struct worker_arg {
@@ -419,6 +439,7 @@ int main(int argc, char **argv)
         tj_pattern_destroy(p);
         test_rule();
         test_records();
+        test_off();
     }
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
