@@ -26,7 +26,7 @@
 #include "base/safetensors.h"
 #include "tuning/tuning.h"
 #include "tj_config.h"
-#include "tj_test.h"
+#include "rel_common.h"
 
 #define NL 4
 static char dir[64], pat[128], wts[128];
@@ -49,54 +49,11 @@ static int write_model(void)
 {
     snprintf(pat, sizeof pat, "%s/m.json", dir);
     snprintf(wts, sizeof wts, "%s/m.safetensors", dir);
-    tj_layer layers[NL];
-    memset(layers, 0, sizeof layers);
-    tj_st_out_tensor ts[2 * NL];
-    void *bufs[2 * NL] = {0};
-    int64_t shapes[NL][2], bshapes[NL][1];
-    char names[2 * NL][64];
-    int nt = 0, ok = 1;
-    tj_error err;
+    tj_random_spec specs[NL];
+    for (int i = 0; i < NL; i++) specs[i] = spec(i);
     static const tj_dtype dts[NL] = {TJ_F32, TJ_BF16, TJ_F16, TJ_F32};
-    for (int i = 0; i < NL && ok; i++) {
-        tj_random_spec s = spec(i);
-        char name[32];
-        snprintf(name, sizeof name, "l%d", i);
-        if (tj_random_layer(&s, name, &layers[i], &err) != TJ_OK) {
-            ok = 0;
-            break;
-        }
-        int64_t nk = s.n * s.k;
-        float *w = malloc((size_t)nk * 4);
-        void *raw = malloc((size_t)nk * 4);
-        tj_rng r = {500 + (uint64_t)i};
-        tj_test_fill(&r, w, nk);
-        tj_convert_from_f32(w, nk, dts[i], raw);
-        free(w);
-        bufs[nt] = raw;
-        shapes[i][0] = s.n;
-        shapes[i][1] = s.k;
-        snprintf(names[nt], sizeof names[nt], "%s.weight", name);
-        ts[nt] = (tj_st_out_tensor){names[nt], tj_dtype_name(dts[i]), 2, shapes[i], raw, (uint64_t)nk * tj_dtype_size(dts[i])};
-        nt++;
-        if (i != 1) {
-            float *b = malloc((size_t)s.n * 4);
-            tj_test_fill(&r, b, s.n);
-            bufs[nt] = b;
-            bshapes[i][0] = s.n;
-            snprintf(names[nt], sizeof names[nt], "%s.bias", name);
-            ts[nt] = (tj_st_out_tensor){names[nt], "F32", 1, bshapes[i], b, (uint64_t)s.n * 4};
-            nt++;
-        }
-    }
-    if (ok) {
-        tj_pattern p = {.nlayers = NL, .layers = layers};
-        ok = tj_pattern_save(&p, pat, &err) == TJ_OK && tj_st_write(wts, ts, nt, NULL, &err) == TJ_OK;
-        if (!ok) fprintf(stderr, "write_model: %s\n", err.msg);
-    }
-    for (int i = 0; i < NL; i++) tj_layer_free(&layers[i]);
-    for (int i = 0; i < nt; i++) free(bufs[i]);
-    return ok;
+    static const int bias[NL] = {1, 0, 1, 1};
+    return rel_write_layers(pat, wts, "l%d", specs, dts, bias, NL);
 }
 
 /* y = the model's layer on fresh random x [m × k] (poisoned y first), against the reference. */
