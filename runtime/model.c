@@ -57,9 +57,16 @@ static tj_status prepare_paths(tj_model *m, tj_error *err)
     /* classes whose kernel computes in bf16: the fp32 rule does not speak for them */
     unsigned char *bf = calloc((size_t)(nb ? nb : 1), 1);
     if (!bf) return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory");
-    for (int64_t i = 0; m->ops->config_at && i < p->nlayers; i++)
-        for (int b = 0; b < TJ_PATH_BUCKETS; b++)
-            bf[i * TJ_PATH_BUCKETS + b] = (unsigned char)tj_paths_config_bf16(m->ops->config_at(m, i, (int64_t)1 << b));
+    for (int64_t i = 0; m->ops->config_at && i < p->nlayers; i++) {
+        const char *last = NULL;
+        int last_bf = 0;
+        for (int b = 0; b < TJ_PATH_BUCKETS; b++) { /* classes mostly share a variant: parse each once */
+            const char *cfg = m->ops->config_at(m, i, (int64_t)1 << b);
+            if (b == 0 || cfg != last) last_bf = tj_paths_config_bf16(cfg);
+            last = cfg;
+            bf[i * TJ_PATH_BUCKETS + b] = (unsigned char)last_bf;
+        }
+    }
     int threads = m->ctx->opt.threads > 0 ? m->ctx->opt.threads : tj_host_cores();
     tj_status s = tj_paths_build(m->ctx, m->ops->name, p, m->lw, threads, bf, &m->paths, err);
     free(bf);
