@@ -41,15 +41,19 @@ enum {
     DNNL_STREAM_IN_ORDER = 1,
     DNNL_DT_BF16 = 2,
     DNNL_DT_F32 = 3,
+    DNNL_DT_U8 = 6,
+    DNNL_SCRATCHPAD_USER = 1,
     DNNL_TAG_ANY = 1,
     DNNL_TAG_A = 2,
     DNNL_TAG_AB = 3,
     DNNL_QUERY_IMPL_INFO_STR = 8,
     DNNL_QUERY_WEIGHTS_MD = 131,
+    DNNL_QUERY_SCRATCHPAD_MD = 136,
     DNNL_ARG_SRC = 1,
     DNNL_ARG_DST = 17,
     DNNL_ARG_WEIGHTS = 33,
     DNNL_ARG_BIAS = 41,
+    DNNL_ARG_SCRATCHPAD = 80,
     DNNL_ELTWISE_RELU = 0x20,
     DNNL_ELTWISE_GELU_ERF = 0x31,
 };
@@ -87,6 +91,7 @@ typedef struct dnnl_api {
     dnnl_status (*attr_create)(dnnl_handle *);
     dnnl_status (*attr_destroy)(dnnl_handle);
     dnnl_status (*attr_set_post_ops)(dnnl_handle, dnnl_handle);
+    dnnl_status (*attr_set_scratchpad_mode)(dnnl_handle, int);
     dnnl_status (*post_ops_create)(dnnl_handle *);
     dnnl_status (*post_ops_destroy)(dnnl_handle);
     dnnl_status (*post_ops_append_eltwise)(dnnl_handle, int, float, float);
@@ -144,6 +149,7 @@ static void dnnl_load(void)
     SYM(attr_create, "dnnl_primitive_attr_create");
     SYM(attr_destroy, "dnnl_primitive_attr_destroy");
     SYM(attr_set_post_ops, "dnnl_primitive_attr_set_post_ops");
+    SYM(attr_set_scratchpad_mode, "dnnl_primitive_attr_set_scratchpad_mode");
     SYM(post_ops_create, "dnnl_post_ops_create");
     SYM(post_ops_destroy, "dnnl_post_ops_destroy");
     SYM(post_ops_append_eltwise, "dnnl_post_ops_append_eltwise");
@@ -178,6 +184,7 @@ tj_status tj_onednn_open(tj_error *err)
 typedef struct prim_entry {
     int64_t m;
     dnnl_handle pd, prim;
+    int64_t scratch;           /* bytes of scratchpad a call needs (the caller's: user mode) */
     atomic_int refs;
     uint64_t used;             /* the table's clock at its last lookup (eviction: least recent) */
 } prim_entry;
@@ -190,7 +197,7 @@ struct tj_onednn_matmul {
     dnnl_handle eng;
     dnnl_handle md_w;           /* the packed weights' layout (the implementation's choice) */
     dnnl_handle md_b;           /* bias [1 × n] or NULL */
-    dnnl_handle attr;           /* post-ops or NULL */
+    dnnl_handle attr;           /* user-mode scratchpad, post-ops */
     dnnl_handle mw, mb;         /* packed weights, bias (owned copies) */
     void *bias_copy;
     int64_t bytes;
@@ -200,7 +207,8 @@ struct tj_onednn_matmul {
     int nprims;
     uint64_t clock;
     /* tj_onednn_matmul_bind (fixed M) */
-    dnnl_handle strm, mx, my;
+    dnnl_handle strm, mx, my, ms;
+    void *scratch;
     prim_entry *bound;
 };
 
@@ -292,6 +300,8 @@ static tj_status make_entry(tj_onednn_matmul *mm, int64_t m, prim_entry **out, t
     atomic_init(&e->refs, 1);
     int omp = omp_enter(mm->d.threads);
     if ((s = make_pd(mm, m, mm->md_w, &e->pd, err)) != TJ_OK) goto fail;
+    dnnl_handle smd = dnnl.pd_query_md(e->pd, DNNL_QUERY_SCRATCHPAD_MD, 0);
+    e->scratch = smd ? (int64_t)dnnl.md_get_size(smd) : 0;
     DNNL_TRY(dnnl.prim_create(&e->prim, e->pd), "matmul primitive");
 fail:
     omp_leave(omp);
@@ -356,8 +366,11 @@ tj_status tj_onednn_matmul_create(const tj_onednn_matmul_desc *d, const void *w,
     dnnl_dims wd = {d->k, d->n}, ws = {1, d->k}, bd = {1, d->n};
     DNNL_TRY(dnnl.md_with_strides(&md_w, 2, wd, dt, ws), "memory_desc(weights)"); /* Wᵀ of [n × k] */
     if (d->bias) DNNL_TRY(dnnl.md_with_tag(&mm->md_b, 2, bd, DNNL_DT_F32, DNNL_TAG_AB), "memory_desc(bias)");
+    /* the scratchpad is the caller's (user mode): one primitive runs on many threads at once, and
+     * a library-owned scratchpad is not made for that */
+    DNNL_TRY(dnnl.attr_create(&mm->attr), "primitive_attr");
+    DNNL_TRY(dnnl.attr_set_scratchpad_mode(mm->attr, DNNL_SCRATCHPAD_USER), "scratchpad mode");
     if (d->act != TJ_DENSE_ACT_NONE) {
-        DNNL_TRY(dnnl.attr_create(&mm->attr), "primitive_attr");
         DNNL_TRY(dnnl.post_ops_create(&po), "post_ops");
         DNNL_TRY(dnnl.post_ops_append_eltwise(po, d->act == TJ_DENSE_ACT_RELU ? DNNL_ELTWISE_RELU : DNNL_ELTWISE_GELU_ERF,
                                               0.0f, 0.0f),
@@ -411,12 +424,15 @@ fail:
 }
 
 static tj_status exec(const tj_onednn_matmul *mm, const prim_entry *e, dnnl_handle strm, dnnl_handle mx,
-                      dnnl_handle my, tj_error *err)
+                      dnnl_handle my, dnnl_handle mscratch, tj_error *err)
 {
     tj_status s = TJ_OK;
-    dnnl_exec_arg a[4] = {{DNNL_ARG_SRC, mx}, {DNNL_ARG_WEIGHTS, mm->mw}, {DNNL_ARG_DST, my}, {DNNL_ARG_BIAS, mm->mb}};
+    dnnl_exec_arg a[5] = {{DNNL_ARG_SRC, mx}, {DNNL_ARG_WEIGHTS, mm->mw}, {DNNL_ARG_DST, my}};
+    int na = 3;
+    if (mm->mb) a[na++] = (dnnl_exec_arg){DNNL_ARG_BIAS, mm->mb};
+    if (mscratch) a[na++] = (dnnl_exec_arg){DNNL_ARG_SCRATCHPAD, mscratch};
     int omp = omp_enter(mm->d.threads);
-    DNNL_TRY(dnnl.prim_execute(e->prim, strm, mm->mb ? 4 : 3, a), "matmul");
+    DNNL_TRY(dnnl.prim_execute(e->prim, strm, na, a), "matmul");
     DNNL_TRY(dnnl.stream_wait(strm), "stream_wait");
 fail:
     omp_leave(omp);
@@ -459,6 +475,8 @@ typedef struct tls_state {
     dnnl_handle strm;
     tls_mem mem[TLS_MEMS];
     uint64_t clock;
+    void *scratch;             /* the thread's scratchpad (user mode), grown as needed */
+    int64_t scratch_cap;
 } tls_state;
 
 static pthread_key_t tls_key;
@@ -472,6 +490,7 @@ static void tls_destroy(void *vp)
     for (int i = 0; i < TLS_MEMS; i++)
         if (t->mem[i].mem) dnnl.mem_destroy(t->mem[i].mem);
     if (t->strm) dnnl.stream_destroy(t->strm);
+    free(t->scratch);
     free(t);
 }
 
@@ -512,7 +531,7 @@ static tls_state *tls_get(void)
 }
 
 /* A memory object of the thread for a [rows × cols] row-major array of dt at p, as a call's x
- * (role 0) or y (role 1). */
+ * (role 0), y (role 1) or scratchpad (role 2: a 1-D u8 array of rows bytes, cols 1). */
 static tj_status tls_mem_at(tls_state *t, int role, int64_t rows, int64_t cols, int dt, void *p, dnnl_handle *out,
                             tj_error *err)
 {
@@ -528,7 +547,8 @@ static tj_status tls_mem_at(tls_state *t, int role, int64_t rows, int64_t cols, 
         dnnl_dims d = {rows, cols};
         if (old->mem) dnnl.mem_destroy(old->mem);
         old->mem = NULL;
-        DNNL_TRY(dnnl.md_with_tag(&md, 2, d, dt, DNNL_TAG_AB), "memory_desc");
+        if (role == 2) DNNL_TRY(dnnl.md_with_tag(&md, 1, d, dt, DNNL_TAG_A), "memory_desc");
+        else DNNL_TRY(dnnl.md_with_tag(&md, 2, d, dt, DNNL_TAG_AB), "memory_desc");
         dnnl_status st = dnnl.mem_create(&old->mem, md, engine, p);
         dnnl.md_destroy(md);
         if (st != DNNL_SUCCESS) {
@@ -562,9 +582,19 @@ tj_status tj_onednn_matmul_run(const tj_onednn_matmul *cmm, const void *x, float
     tls_state *t = tls_get();
     if (!t) return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory for the thread's oneDNN stream");
     TJ_TRY(get_entry(mm, m, &e, err));
-    if ((s = tls_mem_at(t, 0, m, mm->d.k, mm->d.bf16 ? DNNL_DT_BF16 : DNNL_DT_F32, (void *)x, &mx, err)) == TJ_OK &&
+    dnnl_handle ms = NULL;
+    if (e->scratch > t->scratch_cap) { /* grown (by half again) and kept for the thread's next calls */
+        int64_t cap = e->scratch + t->scratch_cap / 2;
+        free(t->scratch);
+        t->scratch = aligned_alloc(64, (size_t)(cap + 63) / 64 * 64);
+        t->scratch_cap = t->scratch ? cap : 0;
+        if (!t->scratch) s = tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory for a oneDNN scratchpad");
+    }
+    if (s == TJ_OK && e->scratch > 0)
+        s = tls_mem_at(t, 2, e->scratch, 1, DNNL_DT_U8, t->scratch, &ms, err);
+    if (s == TJ_OK && (s = tls_mem_at(t, 0, m, mm->d.k, mm->d.bf16 ? DNNL_DT_BF16 : DNNL_DT_F32, (void *)x, &mx, err)) == TJ_OK &&
         (s = tls_mem_at(t, 1, m, mm->d.n, DNNL_DT_F32, y, &my, err)) == TJ_OK)
-        s = exec(mm, e, t->strm, mx, my, err);
+        s = exec(mm, e, t->strm, mx, my, ms, err);
     entry_release(e);
     return s;
 }
@@ -575,6 +605,12 @@ tj_status tj_onednn_matmul_bind(tj_onednn_matmul *mm, const void *x, float *y, t
     if (!mm->d.m) return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "oneDNN matmul: binding needs a fixed M");
     if (!mm->bound) TJ_TRY(get_entry(mm, mm->d.m, &mm->bound, err));
     if (!mm->strm) DNNL_TRY(dnnl.stream_create(&mm->strm, mm->eng, DNNL_STREAM_IN_ORDER), "stream_create");
+    if (!mm->ms && mm->bound->scratch > 0) {
+        dnnl_handle smd = dnnl.pd_query_md(mm->bound->pd, DNNL_QUERY_SCRATCHPAD_MD, 0);
+        if (!(mm->scratch = aligned_alloc(64, (size_t)(mm->bound->scratch + 63) / 64 * 64)))
+            return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory for a oneDNN scratchpad");
+        DNNL_TRY(dnnl.mem_create(&mm->ms, smd, mm->eng, mm->scratch), "memory(scratchpad)");
+    }
     if (mm->mx) dnnl.mem_destroy(mm->mx);
     if (mm->my) dnnl.mem_destroy(mm->my);
     s = bind_xy(mm, mm->d.m, x, y, &mm->mx, &mm->my, err);
@@ -585,7 +621,7 @@ fail:
 int tj_onednn_matmul_run_bound(tj_onednn_matmul *mm)
 {
     tj_error err;
-    return mm->mx && exec(mm, mm->bound, mm->strm, mm->mx, mm->my, &err) == TJ_OK ? 0 : -1;
+    return mm->mx && exec(mm, mm->bound, mm->strm, mm->mx, mm->my, mm->ms, &err) == TJ_OK ? 0 : -1;
 }
 
 const char *tj_onednn_matmul_name(const tj_onednn_matmul *mm) { return mm->name; }
@@ -599,6 +635,7 @@ void tj_onednn_matmul_destroy(tj_onednn_matmul *mm)
         for (int i = 0; i < mm->nprims; i++) entry_release(mm->prims[i]);
         if (mm->mx) dnnl.mem_destroy(mm->mx);
         if (mm->my) dnnl.mem_destroy(mm->my);
+        if (mm->ms) dnnl.mem_destroy(mm->ms);
         if (mm->mw) dnnl.mem_destroy(mm->mw);
         if (mm->mb) dnnl.mem_destroy(mm->mb);
         if (mm->md_w) dnnl.md_destroy(mm->md_w);
@@ -607,6 +644,7 @@ void tj_onednn_matmul_destroy(tj_onednn_matmul *mm)
         if (mm->strm) dnnl.stream_destroy(mm->strm);
     }
     pthread_mutex_destroy(&mm->lock);
+    free(mm->scratch);
     free(mm->bias_copy);
     free(mm);
 }

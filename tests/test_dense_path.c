@@ -5,8 +5,9 @@
  * override the rule both ways), by a forced config, and without a library.
  *
  *   test_dense_path              all of the above (the libraries this machine has)
- *   test_dense_path concurrency  16 threads on one model, dense and kernel layers, 40 distinct M
- *                                (more than a matmul keeps primitives for), each call checked
+ *   test_dense_path concurrency  16 threads on one model, dense and kernel layers: one primitive run
+ *                                by all at once, and 40 distinct M (more than a matmul keeps
+ *                                primitives for); each call checked
  *
  * With TILEJIT_ONEDNN pointing nowhere (test dense_path_no_onednn) the dense path is OpenBLAS's,
  * or, in a build without OpenBLAS, absent: every layer keeps its kernel and a forced dense path
@@ -31,13 +32,13 @@
 #define NL 4
 static char dir[64], pat[128], wts[128];
 
-/* Layer i: density 1 with bias and gelu (fp32); tw2 + ew with relu (bf16, no bias); density 0.1
+/* Layer i: density 1 with bias and gelu (fp32; k 90, not a multiple of a vector); tw2 + ew with relu (bf16, no bias); density 0.1
  * (fp16, bias); density 0.5 with relu (fp32, bias). Every weight is random, also outside the
  * mask. */
 static tj_random_spec spec(int i)
 {
     static const tj_random_spec s[NL] = {
-        {.n = 96, .k = 80, .g = 32, .sparsity = 0.0, .mode = 1, .seed = 11, .act = TJ_ACT_GELU},
+        {.n = 96, .k = 90, .g = 32, .sparsity = 0.0, .mode = 1, .seed = 11, .act = TJ_ACT_GELU},
         {.n = 130, .k = 64, .g = 32, .sparsity = 0.3, .mode = 2, .seed = 12, .ew_fraction = 0.02, .act = TJ_ACT_RELU},
         {.n = 64, .k = 200, .g = 16, .sparsity = 0.9, .mode = 1, .seed = 13, .act = TJ_ACT_NONE},
         {.n = 128, .k = 128, .g = 32, .sparsity = 0.5, .mode = 1, .seed = 14, .act = TJ_ACT_RELU},
@@ -321,11 +322,31 @@ typedef struct worker_arg {
     int failures;
 } worker_arg;
 
+/* The hot call: layer 0 at M = 3 on the same x, expected bit for bit as one thread computed it. */
+static float hot_x[3 * 90], hot_want[3 * 96]; /* k 90: oneDNN copies x's K tail into its scratchpad */
+
+static int hot_call(tj_model *m, float *y)
+{
+    int64_t xs[2] = {3, 90}, ys[2] = {3, 96};
+    DLTensor xt = {.data = hot_x, .device = {kDLCPU, 0}, .ndim = 2, .shape = xs, .dtype = {kDLFloat, 32, 1}};
+    DLTensor yt = {.data = y, .device = {kDLCPU, 0}, .ndim = 2, .shape = ys, .dtype = {kDLFloat, 32, 1}};
+    for (int i = 0; i < 3 * 96; i++) y[i] = NAN;
+    return tj_linear_ex(m, 0, &xt, &yt, TJ_LAYOUT_ROW_MAJOR, NULL) == TJ_OK;
+}
+
 static void *worker(void *vp)
 {
     worker_arg *a = vp;
+    float y[3 * 96];
     for (int i = 0; i < a->calls; i++) {
-        int64_t layer = (a->id + i) % NL, rows = 1 + (a->id * 7 + i * 13) % 40; /* 40 distinct M */
+        if (i % 8) { /* one primitive (or kernel) run by every thread at once */
+            if (!hot_call(a->m, y) || memcmp(y, hot_want, sizeof y) != 0) {
+                if (a->failures++ < 3) fprintf(stderr, "thread %d call %d: the hot call differs\n", a->id, i);
+            }
+            continue;
+        }
+        /* 40 distinct M over every layer (more than a matmul keeps primitives for), checked */
+        int64_t layer = (a->id + i) % NL, rows = 1 + (a->id * 7 + i * 13) % 40;
         double e = run_check(a->m, layer, rows, (uint64_t)(a->id * 100000 + i));
         if (!(e <= 1e-5)) {
             fprintf(stderr, "thread %d call %d: layer %lld M %lld: relative error %g\n", a->id, i, (long long)layer,
@@ -345,11 +366,17 @@ static void test_concurrency(const char *config)
         tj_context_destroy(c);
         return;
     }
-    enum { T = 16 };
+    tj_rng r = {4242};
+    tj_test_fill(&r, hot_x, 3 * 90);
+    CHECK(hot_call(m, hot_want) && tj_test_all_finite(hot_want, 3 * 96));
+    tj_path path;
+    tj_model_layer_path(m, 0, 3, &path, NULL, NULL);
+    printf("%s: the hot call runs %s\n", config ? config : "rule", path == TJ_PATH_DENSE ? "the dense path" : "the kernel");
+    enum { T = 16, CALLS = 1600 };
     pthread_t tid[T];
     worker_arg args[T];
     for (int t = 0; t < T; t++) {
-        args[t] = (worker_arg){m, t, 60, 0};
+        args[t] = (worker_arg){m, t, CALLS, 0};
         CHECK(pthread_create(&tid[t], NULL, worker, &args[t]) == 0);
     }
     int failures = 0;
@@ -357,7 +384,7 @@ static void test_concurrency(const char *config)
         pthread_join(tid[t], NULL);
         failures += args[t].failures;
     }
-    CHECKF(failures == 0, "%s: %d of %d calls wrong", config ? config : "rule", failures, T * 60);
+    CHECKF(failures == 0, "%s: %d of %d calls wrong", config ? config : "rule", failures, T * CALLS);
     tj_model_destroy(m);
     tj_context_destroy(c);
 }
