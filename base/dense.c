@@ -227,7 +227,7 @@ struct tj_onednn_matmul {
  * restore (0: nothing was changed). */
 static int omp_enter(int threads)
 {
-    if (!dnnl.omp_set_num_threads) return 0;
+    if (!dnnl.omp_set_num_threads || threads < 1) return 0;
     int prev = dnnl.omp_get_max_threads();
     if (prev == threads) return 0;
     dnnl.omp_set_num_threads(threads);
@@ -350,7 +350,7 @@ tj_status tj_onednn_matmul_create(const tj_onednn_matmul_desc *d, const void *w,
 {
     *out = NULL;
     TJ_TRY(tj_onednn_open(err));
-    if (d->m < 0 || d->n < 1 || d->k < 1 || d->threads < 1)
+    if (d->m < 0 || d->n < 1 || d->k < 1 || d->threads < 0)
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "oneDNN matmul: bad shape m %lld n %lld k %lld or threads %d",
                        (long long)d->m, (long long)d->n, (long long)d->k, d->threads);
     tj_onednn_matmul *mm = calloc(1, sizeof *mm);

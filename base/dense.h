@@ -37,7 +37,7 @@ typedef struct tj_onednn_matmul_desc {
     int bf16;           /* X and W bf16 (uint16), else fp32 */
     int bias;           /* 1: a bias [n] fp32 is added */
     tj_dense_act act;
-    int threads;        /* OpenMP threads of each call (≥ 1) */
+    int threads;        /* OpenMP threads of each call; 0: the calling thread's (omp_get_max_threads) */
 } tj_onednn_matmul_desc;
 
 typedef struct tj_onednn_matmul tj_onednn_matmul;
@@ -48,8 +48,9 @@ typedef struct tj_onednn_matmul tj_onednn_matmul;
 tj_status tj_onednn_matmul_create(const tj_onednn_matmul_desc *d, const void *w, const float *bias,
                                   tj_onednn_matmul **out, tj_error *err);
 /* One call on m rows (m == d->m when that was fixed). Thread-safe: many threads may run one
- * matmul at once. Runs on d->threads OpenMP threads; the calling thread's OpenMP thread count is
- * restored afterwards (oneDNN may share the OpenMP runtime with the caller, e.g. PyTorch).
+ * matmul at once. Runs on d->threads OpenMP threads (0: as many as the caller's OpenMP runtime
+ * gives); the calling thread's OpenMP thread count is restored afterwards (oneDNN may share the
+ * OpenMP runtime with the caller, e.g. PyTorch).
  * Allocates a few small objects per call (the memory descriptors of x and y). */
 tj_status tj_onednn_matmul_run(const tj_onednn_matmul *mm, const void *x, float *y, int64_t m, tj_error *err);
 /* Binds x and y once, for a fixed-M matmul timed in a loop (the benchmarks' baseline, where a

@@ -1,7 +1,6 @@
-/* base/: the host CPU's name, asked of LLVM once per process, and its core count (see host.h). */
+/* base/: the host CPU's name, asked of LLVM once per process (see host.h). */
 #include <pthread.h>
 #include <stdio.h>
-#include <unistd.h>
 
 #include "base/host.h"
 #include "tj_config.h"
@@ -27,10 +26,4 @@ const char *tj_host_cpu_name(void)
 {
     pthread_once(&host_once, host_detect);
     return host_name;
-}
-
-int tj_host_cores(void)
-{
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (int)n : 1;
 }

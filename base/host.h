@@ -6,7 +6,6 @@
 /* The host CPU's microarchitecture name as LLVM names it ("znver5", "sapphirerapids"), or
  * "unknown" without LLVM. Borrowed, static; thread-safe. */
 const char *tj_host_cpu_name(void);
-/* Online cores (at least 1): the thread count when none is asked for. */
-int tj_host_cores(void);
+
 
 #endif

@@ -11,6 +11,7 @@
 #include "tj_config.h"
 #include "tuning/tuning.h"
 #include "jit/cache.h"
+#include "base/threadpool.h"
 
 /* The last error of this thread, tagged with the context it belongs to. */
 static _Thread_local struct {
@@ -105,6 +106,16 @@ tj_status tj_context_open_cache(tj_context *c, const char *backend, tj_cache **c
 
 const char *tj_context_log(const tj_context *c) { return c && c->log.data ? c->log.data : ""; }
 tj_backend tj_context_backend(const tj_context *c) { return c ? c->backend : TJ_BACKEND_AUTO; }
+tj_threading tj_context_threading(const tj_context *c) { return c ? c->threading : TJ_THREADING_AUTO; }
+
+int tj_context_threads(const tj_context *c)
+{
+    if (!c) return 1;
+    if (c->opt.threads > 0) return c->opt.threads;
+    int n = c->threading == TJ_THREADING_OPENMP ? tj_openmp_max_threads() : 0;
+    return n > 0 ? n : tj_cpu_count();
+}
+
 
 const char *tj_last_error(void) { return last_error.msg; }
 

@@ -11,6 +11,7 @@
 #include "runtime/dense_rule.h"
 #include "base/dense.h"
 #include "base/host.h"
+#include "base/threadpool.h"
 #include "tuning/tuning.h"
 
 int tj_path_bucket(int64_t m)
@@ -75,7 +76,7 @@ tj_status tj_dense_layer_create(const tj_layer *l, const tj_layer_weights *w, in
     d->act = l->act == TJ_ACT_RELU ? TJ_DENSE_ACT_RELU : l->act == TJ_ACT_GELU ? TJ_DENSE_ACT_GELU : TJ_DENSE_ACT_NONE;
     d->n = l->n;
     d->k = l->k;
-    d->threads = threads > 0 ? threads : 1;
+    d->threads = threads; /* 0: oneDNN follows the caller's OpenMP count */
     tj_status s = TJ_OK;
     d->w = malloc((size_t)(nk ? nk : 1) * sizeof *d->w);
     if (w->bias) d->bias = malloc((size_t)l->n * sizeof *d->bias);
@@ -117,7 +118,7 @@ fail:
 tj_status tj_dense_layer_run(const tj_dense_layer *d, const float *x, float *y, int64_t m, tj_error *err)
 {
     if (d->lib == LIB_ONEDNN) return tj_onednn_matmul_run(d->mm, x, y, m, err);
-    return tj_openblas_gemm(x, d->w, d->bias, d->act, y, m, d->n, d->k, d->threads, err);
+    return tj_openblas_gemm(x, d->w, d->bias, d->act, y, m, d->n, d->k, d->threads > 0 ? d->threads : tj_cpu_count(), err);
 }
 
 const char *tj_dense_layer_name(const tj_dense_layer *d) { return d->name; }
@@ -160,7 +161,8 @@ static double density_of(const tj_layer *l)
 }
 
 tj_status tj_paths_build(tj_context *c, const char *backend, const tj_pattern *p, const tj_layer_weights *lw,
-                         int threads, const unsigned char *kernel_bf16, tj_paths **out, tj_error *err)
+                         int threads, int dense_threads, const unsigned char *kernel_bf16, tj_paths **out,
+                         tj_error *err)
 {
     *out = NULL;
     tj_paths *ps = calloc(1, sizeof *ps);
@@ -206,7 +208,7 @@ tj_status tj_paths_build(tj_context *c, const char *backend, const tj_pattern *p
         if (s != TJ_OK || !pl->wanted) continue;
         tj_error derr;
         tj_error_clear(&derr);
-        tj_status ds = tj_dense_layer_create(l, &lw[i], threads, &pl->dense, &derr);
+        tj_status ds = tj_dense_layer_create(l, &lw[i], dense_threads, &pl->dense, &derr);
         if (ds == TJ_ERR_UNSUPPORTED && !c->override_dense) { /* no library: the kernel everywhere */
             snprintf(ps->nolib, sizeof ps->nolib, "%.590s", derr.msg);
             memset(pl->dense_at, 0, sizeof pl->dense_at);

@@ -25,7 +25,8 @@ int tj_path_bucket(int64_t m);
 typedef struct tj_dense_layer tj_dense_layer;
 
 /* Masks, upcasts and packs layer l's weights for the first library available, to run on
- * `threads` threads. TJ_ERR_UNSUPPORTED (and why) when no library can run it;
+ * `threads` threads (0: oneDNN takes as many as the calling thread's OpenMP runtime gives,
+ * omp_get_max_threads; OpenBLAS, all cores). TJ_ERR_UNSUPPORTED (and why) when no library can run it;
  * TJ_ERR_OUT_OF_MEMORY. */
 tj_status tj_dense_layer_create(const tj_layer *l, const tj_layer_weights *w, int threads, tj_dense_layer **out,
                                 tj_error *err);
@@ -46,14 +47,16 @@ void tj_dense_masked_weights(const tj_layer *l, const tj_layer_weights *w, float
 typedef struct tj_paths tj_paths;
 
 /* The path of every layer of pattern p (weights lw) per M class on backend `backend` ("cpu"),
- * run on `threads` threads: for each class, a forced config, else the tuning records (through c),
+ * run on `threads` threads (the rule's), the dense layers on `dense_threads` (0: the calling
+ * thread's OpenMP count, see tj_dense_layer_create): for each class, a forced config, else the tuning records (through c),
  * else the rule; kernel_bf16[layer·TJ_PATH_BUCKETS + class] (may be NULL) marks classes whose kernel
  * computes in bf16, where the fp32 rule does not apply. Builds the dense layers the choice needs.
  * Notes each layer that takes the dense path anywhere (c's verbose log). *out is NULL when no
  * layer takes it. Fails when the dense path is forced and no library can run it, or when out of
  * memory. */
 tj_status tj_paths_build(tj_context *c, const char *backend, const tj_pattern *p, const tj_layer_weights *lw,
-                         int threads, const unsigned char *kernel_bf16, tj_paths **out, tj_error *err);
+                         int threads, int dense_threads, const unsigned char *kernel_bf16, tj_paths **out,
+                         tj_error *err);
 /* The dense layer that runs layer `layer` at M rows, or NULL: its kernel (ps may be NULL). */
 const tj_dense_layer *tj_paths_dense(const tj_paths *ps, int64_t layer, int64_t m);
 /* Why layer `layer` takes its path at M rows (one line). Borrowed from ps; "" when ps is NULL. */

@@ -5,7 +5,6 @@
 #include <string.h>
 
 #include "runtime/model.h"
-#include "base/host.h"
 #include "tuning/tuning.h"
 
 static tj_status bind_weights(tj_model *m, const char *wpath, tj_error *err)
@@ -67,8 +66,12 @@ static tj_status prepare_paths(tj_model *m, tj_error *err)
             bf[i * TJ_PATH_BUCKETS + b] = (unsigned char)last_bf;
         }
     }
-    int threads = m->ctx->opt.threads > 0 ? m->ctx->opt.threads : tj_host_cores();
-    tj_status s = tj_paths_build(m->ctx, m->ops->name, p, m->lw, threads, bf, &m->paths, err);
+    /* the rule's thread count is the context's; a dense call follows the calling thread's OpenMP
+     * count where the context runs on the host's OpenMP runtime (0), else uses the context's */
+    const tj_context *c = m->ctx;
+    int follow = c->threading == TJ_THREADING_OPENMP && c->opt.threads == 0;
+    tj_status s = tj_paths_build(m->ctx, m->ops->name, p, m->lw, tj_context_threads(c), follow ? 0 : tj_context_threads(c),
+                                 bf, &m->paths, err);
     free(bf);
     return s;
 }

@@ -23,7 +23,7 @@
 #include "runtime/dense_rule.h"
 #include "pattern/random.h"
 #include "base/dense.h"
-#include "base/host.h"
+#include "base/threadpool.h"
 #include "base/safetensors.h"
 #include "tuning/tuning.h"
 #include "tj_config.h"
@@ -92,7 +92,7 @@ static int have_library(void)
 /* One layer on the dense path directly: masked weights, bias, activation, several M. */
 static void test_layers(const tj_pattern *p, const tj_layer_weights *lw)
 {
-    int threads = tj_host_cores();
+    int threads = tj_cpu_count();
     for (int64_t i = 0; i < p->nlayers; i++) {
         const tj_layer *l = &p->layers[i];
         tj_error err;
@@ -171,7 +171,7 @@ static void test_rule(void)
         tj_context_destroy(c);
         return;
     }
-    int threads = tj_host_cores(), dense_seen = 0, kernel_seen = 0;
+    int threads = tj_context_threads(c), dense_seen = 0, kernel_seen = 0; /* what the rule was asked with */
     static const int64_t ms[] = {1, 2, 16, 100, 128, 512, 5000};
     for (int64_t i = 0; i < NL; i++) {
         const tj_layer *l = &m->pattern->layers[i];
