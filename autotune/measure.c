@@ -164,7 +164,7 @@ tj_status tj_tune_measure_layer(const char *pattern_path, const char *weights_pa
     tj_error berr;
     tj_error_clear(&berr);
     double t0 = tj_now();
-    tj_status bs = mdl.ops->load(&mdl, &berr);
+    tj_status bs = tj_model_prepare(&mdl, &berr); /* the kernel, and the dense path where it is forced */
     r->build_s = tj_now() - t0;
     loaded = 1;
     if (bs != TJ_OK) {
@@ -230,7 +230,7 @@ tj_status tj_tune_measure_layer(const char *pattern_path, const char *weights_pa
     r->median = tm.median_s;
     r->status = TJ_TUNE_OK;
 done:
-    if (loaded) mdl.ops->unload(&mdl);
+    if (loaded) tj_model_unprepare(&mdl);
     free(x);
     free(y);
     tj_context_destroy(ctx);

@@ -49,9 +49,12 @@ typedef struct sweep {
     int stop;                /* budget reached */
 } sweep;
 
-/* The best of a workload so far, for progress lines. */
+/* The best of a workload so far, for progress lines. Its candidates are the space's configs,
+ * indices 0 .. sp->count - 1, and on the CPU the dense path (index sp->count, config
+ * TJ_TUNE_DENSE_CONFIG: the runtime takes it where it beats the best kernel, docs/dense-path.md). */
 typedef struct wl_state {
     const tj_tune_space *sp;
+    int dense;               /* 1: the dense path is a candidate (index sp->count) */
     tj_tune_workload wl;
     const tj_layer *l;
     double best;
@@ -59,17 +62,25 @@ typedef struct wl_state {
     int64_t looked;          /* configs of this workload measured or found in the log */
 } wl_state;
 
+static const char *cfg_of(const wl_state *ws, int64_t i)
+{
+    return i == ws->sp->count ? TJ_TUNE_DENSE_CONFIG : ws->sp->json[i];
+}
+
+/* Candidates of a workload: the space, plus the dense path where it is one. */
+static int64_t candidates(const wl_state *ws) { return ws->sp->count + ws->dense; }
+
 static void report(sweep *sw, const wl_state *ws, int64_t i, tj_tune_status st, double med, int resumed)
 {
     sw->pr.done++;
     if (resumed) sw->pr.skipped++;
     sw->pr.layer = ws->wl.layer;
     sw->pr.m = ws->wl.m;
-    sw->pr.config = ws->sp->json[i];
+    sw->pr.config = cfg_of(ws, i);
     sw->pr.status = st;
     sw->pr.resumed = resumed;
     sw->pr.median = med;
-    sw->pr.best_config = ws->best_i >= 0 ? ws->sp->json[ws->best_i] : NULL;
+    sw->pr.best_config = ws->best_i >= 0 ? cfg_of(ws, ws->best_i) : NULL;
     sw->pr.best_median = ws->best;
     sw->pr.elapsed_s = tj_now() - sw->t0;
     int64_t left = sw->pr.total - sw->pr.done;
@@ -83,7 +94,7 @@ static void report(sweep *sw, const wl_state *ws, int64_t i, tj_tune_status st, 
  * sw->stop when the budget is spent. */
 static tj_status measure(sweep *sw, wl_state *ws, int64_t i, int round, double *cost, tj_error *err)
 {
-    const char *cfg = ws->sp->json[i];
+    const char *cfg = cfg_of(ws, i);
     tj_tune_status st = TJ_TUNE_OK, now_st = TJ_TUNE_OK;
     double med = INFINITY, now_med = INFINITY;
     int resumed = round == 0 ? tj_tune_db_find(sw->db, &sw->target, &ws->wl, cfg, &st, &med)
@@ -142,7 +153,7 @@ static tj_status measure(sweep *sw, wl_state *ws, int64_t i, int round, double *
     }
     ws->looked++;
     if (*cost < ws->best || (*cost == ws->best && isfinite(*cost) && ws->best_i >= 0 &&
-                             strcmp(cfg, ws->sp->json[ws->best_i]) < 0)) {
+                             strcmp(cfg, cfg_of(ws, ws->best_i)) < 0)) {
         ws->best = *cost;
         ws->best_i = i;
     }
@@ -181,6 +192,7 @@ static tj_status adaptive(sweep *sw, wl_state *ws, const tj_tune_host *h, tj_err
     double *cost = malloc((size_t)n * sizeof *cost);
     char *seen = calloc((size_t)n, 1);
     int64_t *nb = malloc((size_t)n * sizeof *nb);
+    double dense_cost = INFINITY;
     tj_status s = TJ_OK;
     if (!order || !meas || !cost || !seen || !nb) {
         s = tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory");
@@ -204,8 +216,12 @@ static tj_status adaptive(sweep *sw, wl_state *ws, const tj_tune_host *h, tj_err
         if (sw->stop) goto done;                                              \
         done++;                                                               \
     } while (0)
-    /* 1. seeds: the built-in default, then the model's favourites (a third of the budget) */
+    /* 1. seeds: the built-in default, then the model's favourites (a third of the budget); the
+     *    dense path, outside the space and the budget, right after the default */
     if (sp->default_index >= 0 && done < budget) MEASURE(sp->default_index);
+    if (ws->dense) {
+        if ((s = measure(sw, ws, sp->count, 0, &dense_cost, err)) != TJ_OK || sw->stop) goto done;
+    }
     int64_t seeds = (budget + 2) / 3, next = 0;
     for (; next < n && done < seeds; next++)
         if (!seen[order[next].i]) MEASURE(order[next].i);
@@ -251,17 +267,16 @@ done:
  * median of its records). */
 static tj_status confirm(sweep *sw, wl_state *ws, tj_error *err)
 {
-    const tj_tune_space *sp = ws->sp;
     int top = sw->o->confirm_top;
     if (sw->o->confirm_rounds <= 0 || top < 2) return TJ_OK;
-    ranked *r = malloc((size_t)(sp->count + 1) * sizeof *r);
+    ranked *r = malloc((size_t)(candidates(ws) + 1) * sizeof *r);
     if (!r) return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory");
     int64_t n = 0;
-    for (int64_t i = 0; i < sp->count; i++) {
+    for (int64_t i = 0; i < candidates(ws); i++) {
         tj_tune_status st;
         double med;
-        if (tj_tune_db_find(sw->db, &sw->target, &ws->wl, sp->json[i], &st, &med) && st == TJ_TUNE_OK && isfinite(med))
-            r[n++] = (ranked){med, sp->json[i], i};
+        if (tj_tune_db_find(sw->db, &sw->target, &ws->wl, cfg_of(ws, i), &st, &med) && st == TJ_TUNE_OK && isfinite(med))
+            r[n++] = (ranked){med, cfg_of(ws, i), i};
     }
     qsort(r, (size_t)n, sizeof *r, ranked_cmp);
     if (n < top) top = (int)n;
@@ -274,7 +289,7 @@ static tj_status confirm(sweep *sw, wl_state *ws, tj_error *err)
     /* the workload's choice is now the db's: lowest median over records, ties by text */
     for (int64_t j = 0; j < n && s == TJ_OK; j++) {
         double c = tj_tune_db_cost(sw->db, &sw->target, &ws->wl, r[j].cfg);
-        if (j == 0 || c < ws->best || (c == ws->best && strcmp(r[j].cfg, ws->sp->json[ws->best_i]) < 0)) {
+        if (j == 0 || c < ws->best || (c == ws->best && strcmp(r[j].cfg, cfg_of(ws, ws->best_i)) < 0)) {
             ws->best = c;
             ws->best_i = r[j].i;
         }
@@ -370,6 +385,8 @@ tj_status tj_tune_run(const tj_tune_opts *o, tj_tune_summary *out, tj_error *err
             tj_tune_workload_of(l, o->ms[mi], &w->wl);
             w->best = INFINITY;
             w->best_i = -1;
+            /* the dense path is the CPU's (a --configs list says exactly what to measure) */
+            w->dense = strcmp(o->backend, "cpu") == 0 && !o->configs_json;
         }
         nspaces++;
     }
@@ -387,13 +404,14 @@ tj_status tj_tune_run(const tj_tune_opts *o, tj_tune_summary *out, tj_error *err
     int64_t item = 0;
     for (int64_t w = 0; w < nws; w++) {
         const tj_tune_space *sp = ws[w].sp;
-        int64_t top = o->confirm_top < sp->count ? o->confirm_top : sp->count;
+        int64_t nc = candidates(&ws[w]);
+        int64_t top = o->confirm_top < nc ? o->confirm_top : nc;
         if (use_exhaustive(o, sp)) {
-            for (int64_t i = 0; i < sp->count; i++, item++)
+            for (int64_t i = 0; i < nc; i++, item++)
                 if (tj_tune_shard_owns(item, o->shard, o->nshards)) sw.pr.total++;
             if (confirms(o, sp, 1)) sw.pr.total += top * o->confirm_rounds;
         } else if (tj_tune_shard_owns(w, o->shard, o->nshards)) {
-            sw.pr.total += adaptive_budget(o, sp->count);
+            sw.pr.total += adaptive_budget(o, sp->count) + ws[w].dense;
             if (confirms(o, sp, 0)) sw.pr.total += top * o->confirm_rounds;
         }
         if (sp->count > out->space) out->space = sp->count;
@@ -404,7 +422,7 @@ tj_status tj_tune_run(const tj_tune_opts *o, tj_tune_summary *out, tj_error *err
         const tj_tune_host *h = &hosts[st->sp - spaces];
         int owned = 0;
         if (use_exhaustive(o, st->sp)) {
-            for (int64_t i = 0; i < st->sp->count && !sw.stop; i++, item++) {
+            for (int64_t i = 0; i < candidates(st) && !sw.stop; i++, item++) {
                 if (!tj_tune_shard_owns(item, o->shard, o->nshards)) continue;
                 owned = 1;
                 double c;
@@ -419,8 +437,8 @@ tj_status tj_tune_run(const tj_tune_opts *o, tj_tune_summary *out, tj_error *err
         if (s != TJ_OK) break;
         out->workloads += owned;
         if (owned && !sw.stop && o->workload_done)
-            o->workload_done(o->progress_user, &st->wl, st->best_i >= 0 ? st->sp->json[st->best_i] : NULL, st->best,
-                             st->looked, st->sp->count);
+            o->workload_done(o->progress_user, &st->wl, st->best_i >= 0 ? cfg_of(st, st->best_i) : NULL, st->best,
+                             st->looked, candidates(st));
     }
     free(hosts);
 done:

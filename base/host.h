@@ -7,4 +7,5 @@
  * "unknown" without LLVM. Borrowed, static; thread-safe. */
 const char *tj_host_cpu_name(void);
 
+
 #endif

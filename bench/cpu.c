@@ -18,6 +18,9 @@
 
 #include "base/host.h"
 #include "runtime/backend_cpu.h"
+#include "runtime/dense_path.h"
+#include "runtime/dense_rule.h"
+#include "tuning/tuning.h"
 #include "bench/args.h"
 #include "tilejit/bench.h"
 #include "tilejit/tune.h"
@@ -47,10 +50,16 @@ static const char *help =
     "OpenBLAS sgemm (sgemv at M = 1) with the core kernel it picked; oneDNN is libdnnl.so.3 opened\n"
     "at run time ($TILEJIT_ONEDNN: another path). `dense` is the fastest fp32 one. The host's fp32\n"
     "FMA peak is measured first, so a weak baseline is visible.\n"
+    "run_ms / path: the time of the path the runtime takes for such a layer at this M, and which:\n"
+    "its kernel (run_ms = tilejit_ms) or the dense path, oneDNN or OpenBLAS on the masked weights\n"
+    "(timed here, checked first), as a forced --config ({\"path\":\"dense\"} forces it), else the\n"
+    "tuning log, else the measured rule decides (docs/dense-path.md; -v says why per sparsity). The\n"
+    "latency table of a measured allocation wants run_ms: the time that will actually run.\n"
     "Ends with one line (in sweep mode, for the last sparsity):\n"
     "  speedup <dense/tilejit> tilejit_ms <ms> dense_ms <ms> kept_gflops <GFLOP/s of kept work>\n"
     "  baseline <onednn_f32|openblas> baseline_gflops <GF/s> peak_gflops <GF/s> onednn_f32_ms <ms>\n"
-    "  onednn_bf16_ms <ms> openblas_ms <ms> speedup_bf16 <onednn_bf16/tilejit>   (nan: unavailable)\n";
+    "  onednn_bf16_ms <ms> openblas_ms <ms> speedup_bf16 <onednn_bf16/tilejit> run_ms <ms>\n"
+    "  path <kernel|onednn|openblas>   (nan: unavailable)\n";
 
 typedef struct bopts {
     int64_t m, n, k, g;
@@ -64,6 +73,9 @@ typedef struct bopts {
 
 typedef struct bresult {
     double sparsity, density, tj_s, dense_s, relerr, jit_s, emit_s;
+    double run_s;       /* the path the runtime takes at this M (kernel: tj_s; or the dense path's time) */
+    char path[16];      /* "kernel", "onednn", "openblas" */
+    char path_why[1024];
     double base_s[TJ_DENSE_NKINDS]; /* per baseline, NAN when unavailable */
     char base_name[TJ_DENSE_NKINDS][200];
     char base_why[TJ_DENSE_NKINDS][300];
@@ -125,6 +137,67 @@ static void run_tj(void *vp)
 }
 
 static void run_dense(void *vp) { tj_dense_run(vp); }
+
+typedef struct dense_path_run {
+    const tj_dense_layer *d;
+    const float *x;
+    float *y;
+    int64_t m;
+} dense_path_run;
+
+static void run_dense_path(void *vp)
+{
+    dense_path_run *r = vp;
+    tj_error err;
+    tj_dense_layer_run(r->d, r->x, r->y, r->m, &err);
+}
+
+/* The path the runtime takes for this layer at this M, as runtime/dense_path.c decides it (a forced
+ * config, else the tuning log, else the rule; a kernel computing in bf16 keeps the kernel) and,
+ * when it is the dense path, that path timed on the same X (checked against ref first). */
+static int run_path(const char *C, const bopts *o, const tj_layer *l, const tj_layer_weights *lw, const tj_cpu_layer *cl,
+                    const float *x, float *y, const float *ref, bresult *res)
+{
+    tj_error err;
+    int dense = -1;
+    snprintf(res->path, sizeof res->path, "kernel");
+    res->run_s = res->tj_s;
+    if (o->config) {
+        dense = tj_tune_config_is_dense(o->config);
+        snprintf(res->path_why, sizeof res->path_why, "forced by --config");
+    } else if (tj_tune_path_from_log(o->tuning_log, "cpu", l, o->m, &dense, res->path_why, sizeof res->path_why, &err) != TJ_OK) {
+        return tj_args_fail(errs_, C, "%s", err.msg);
+    }
+    if (dense < 0 && (cl->cfg.dtype == TJ_CPU_ACT_BF16 || cl->cfg.out == TJ_CPU_ACT_BF16 || cl->cfg.weights == TJ_CPU_WEIGHTS_BF16)) {
+        dense = 0;
+        snprintf(res->path_why, sizeof res->path_why, "the kernel computes in bf16 (the rule is fp32's)");
+    }
+    if (dense < 0) {
+        double xo = tj_dense_rule_crossover(o->m, o->n, o->k, o->threads);
+        dense = res->density >= xo;
+        snprintf(res->path_why, sizeof res->path_why, "rule: density %.4f %s crossover %.3f at M %lld, k %lld, %d thread(s)",
+                 res->density, dense ? "≥" : "<", xo, (long long)o->m, (long long)o->k, o->threads);
+    }
+    if (!dense) return 0;
+    tj_dense_layer *d = NULL;
+    tj_status s = tj_dense_layer_create(l, lw, o->threads, &d, &err);
+    if (s == TJ_ERR_UNSUPPORTED && !o->config) { /* no dense library: the runtime keeps the kernel */
+        snprintf(res->path_why + strlen(res->path_why), sizeof res->path_why - strlen(res->path_why), "; but %s", err.msg);
+        return 0;
+    }
+    if (s != TJ_OK) return tj_args_fail(errs_, C, "dense path: %s", err.msg);
+    for (int64_t i = 0; i < o->m * o->n; i++) y[i] = NAN;
+    double e = tj_dense_layer_run(d, x, y, o->m, &err) == TJ_OK ? tj_rel_error(y, ref, o->m * o->n) : INFINITY;
+    if (!(e <= tj_check_bound(TJ_F32))) {
+        tj_dense_layer_free(d);
+        return tj_args_fail(errs_, C, "the dense path is wrong: relative error %.3g against the reference", e);
+    }
+    dense_path_run r = {d, x, y, o->m};
+    res->run_s = time_it(run_dense_path, &r, o->min_time, o->repeats);
+    snprintf(res->path, sizeof res->path, "%s", tj_dense_layer_word(d));
+    tj_dense_layer_free(d);
+    return 0;
+}
 
 /* A wrong baseline time is worthless: each baseline's Y is checked on three token rows against
  * a double-precision dot product, fp32 within 1e-4, bf16 within 2e-2 (bf16-rounded X and W). */
@@ -215,7 +288,8 @@ static int bench_point(const char *C, const bopts *o, double s, tj_cpu_jit *jit,
         goto done;
     }
     if (o->verbose && note[0] && !o->config) fprintf(errs_, "tilejit bench: %s\n", note);
-    tj_status cs = tj_cpu_config_from_json(o->config ? o->config : tuned, &cfg, &err);
+    /* a forced dense path ({"path":"dense"}) still builds the default kernel, timed beside it */
+    tj_status cs = tj_cpu_config_from_json(o->config && !tj_tune_config_is_dense(o->config) ? o->config : tuned, &cfg, &err);
     free(tuned);
     if (cs != TJ_OK) {
         tj_args_fail(errs_, C, "--config: %s", err.msg);
@@ -265,7 +339,9 @@ static int bench_point(const char *C, const bopts *o, double s, tj_cpu_jit *jit,
     }
     tj_run tr = {cl, pool, o->threads, xin, yout, o->m};
     res->tj_s = time_it(run_tj, &tr, o->min_time, o->repeats);
-    if (time_baselines(C, o, x, w, ref, res)) goto done;
+    if (run_path(C, o, &l, &lw, cl, x, y, ref, res)) goto done;
+    /* into tilejit's own y (checked above): the same input and output memory on both sides */
+    if (time_baselines(C, o, x, w, y, res)) goto done;
     rc = 0;
 done:
     tj_cpu_layer_free(cl);
@@ -282,9 +358,9 @@ done:
 static void print_row(const bopts *o, const bresult *r)
 {
     double kept_flop = 2.0 * (double)o->m * (double)r->kept, dense_flop = 2.0 * (double)o->m * (double)o->n * (double)o->k;
-    fprintf(out_, "%-6.3f %-8.4f %11.4f %11.4f %9.1f %9.1f %8.3f %7.2f %8.1f %9.2e\n", r->sparsity, r->density,
+    fprintf(out_, "%-6.3f %-8.4f %11.4f %11.4f %9.1f %9.1f %8.3f %7.2f %8.1f %9.2e %11.4f %-8s\n", r->sparsity, r->density,
            r->tj_s * 1e3, r->dense_s * 1e3, kept_flop / r->tj_s * 1e-9, dense_flop / r->dense_s * 1e-9,
-           r->dense_s / r->tj_s, 1.0 / r->density, r->jit_s * 1e3, r->relerr);
+           r->dense_s / r->tj_s, 1.0 / r->density, r->jit_s * 1e3, r->relerr, r->run_s * 1e3, r->path);
 }
 
 static int parse_list(const char *C, const char *s, double *out, int max)
@@ -417,7 +493,7 @@ int tj_bench_cpu_main(int argc, char **argv, FILE *out, FILE *errs)
         tj_args_fail(errs_, C, "cannot write %s", csv);
         goto out;
     }
-    if (cf) fprintf(cf, "m,n,k,g,mode,sparsity,density,threads,tilejit_ms,speedup,dense_ms,kept_gflops,dense_gflops,jit_ms,relerr,config,baseline,onednn_f32_ms,onednn_bf16_ms,openblas_ms\n");
+    if (cf) fprintf(cf, "m,n,k,g,mode,sparsity,density,threads,tilejit_ms,speedup,dense_ms,kept_gflops,dense_gflops,jit_ms,relerr,config,baseline,onednn_f32_ms,onednn_bf16_ms,openblas_ms,run_ms,path\n");
     fprintf(out_, "tilejit bench: cpu %s, M=%lld N=%lld K=%lld g=%lld tw%d, %d thread(s), seed %llu, %s clock\n",
            tj_host_cpu_name(), (long long)o.m, (long long)o.n, (long long)o.k, (long long)o.g, o.mode, o.threads,
            (unsigned long long)o.seed, o.thread_clock ? "thread CPU" : "wall");
@@ -436,19 +512,20 @@ int tj_bench_cpu_main(int argc, char **argv, FILE *out, FILE *errs)
                            res.base_name[kd], res.base_s[kd] * 1e3, dflop / res.base_s[kd] * 1e-9,
                            kd == res.best ? "  <- dense (fastest fp32)" : "");
             }
-            fprintf(out_, "%-6s %-8s %11s %11s %9s %9s %8s %7s %8s %9s\n", "sparse", "density", "tilejit_ms", "dense_ms",
-                   "kept_GF/s", "dense_GF/s", "speedup", "ideal", "jit_ms", "relerr");
+            fprintf(out_, "%-6s %-8s %11s %11s %9s %9s %8s %7s %8s %9s %11s %-8s\n", "sparse", "density", "tilejit_ms", "dense_ms",
+                   "kept_GF/s", "dense_GF/s", "speedup", "ideal", "jit_ms", "relerr", "run_ms", "path");
         }
         print_row(&o, &res);
         fflush(out_);
         if (cf)
-            fprintf(cf, "%lld,%lld,%lld,%lld,tw%d,%.4f,%.6f,%d,%.5f,%.4f,%.5f,%.2f,%.2f,%.2f,%.3g,\"%s\",%s,%.5f,%.5f,%.5f\n", (long long)o.m,
+            fprintf(cf, "%lld,%lld,%lld,%lld,tw%d,%.4f,%.6f,%d,%.5f,%.4f,%.5f,%.2f,%.2f,%.2f,%.3g,\"%s\",%s,%.5f,%.5f,%.5f,%.5f,%s\n", (long long)o.m,
                     (long long)o.n, (long long)o.k, (long long)o.g, o.mode, res.sparsity, res.density, o.threads,
                     res.tj_s * 1e3, res.dense_s / res.tj_s, res.dense_s * 1e3,
                     2.0 * (double)o.m * (double)res.kept / res.tj_s * 1e-9,
                     2.0 * (double)o.m * (double)o.n * (double)o.k / res.dense_s * 1e-9, res.jit_s * 1e3, res.relerr, "",
                     tj_dense_kind_word((tj_dense_kind)res.best), res.base_s[TJ_DENSE_ONEDNN_F32] * 1e3,
-                    res.base_s[TJ_DENSE_ONEDNN_BF16] * 1e3, res.base_s[TJ_DENSE_OPENBLAS] * 1e3);
+                    res.base_s[TJ_DENSE_ONEDNN_BF16] * 1e3, res.base_s[TJ_DENSE_OPENBLAS] * 1e3, res.run_s * 1e3, res.path);
+        if (o.verbose) fprintf(errs_, "tilejit bench: sparsity %.4f: path %s: %s\n", res.sparsity, res.path, res.path_why);
     }
     if (cf) {
         if (fclose(cf) != 0) { cf = NULL; tj_args_fail(errs_, C, "error writing %s", csv); goto out; }
@@ -458,11 +535,11 @@ int tj_bench_cpu_main(int argc, char **argv, FILE *out, FILE *errs)
     fprintf(out_, "config %s\n", res.cfg);
     double dflop = 2.0 * (double)o.m * (double)o.n * (double)o.k;
     fprintf(out_, "speedup %.3f tilejit_ms %.4f dense_ms %.4f kept_gflops %.2f baseline %s baseline_gflops %.2f peak_gflops %.2f "
-           "onednn_f32_ms %.4f onednn_bf16_ms %.4f openblas_ms %.4f speedup_bf16 %.3f\n",
+           "onednn_f32_ms %.4f onednn_bf16_ms %.4f openblas_ms %.4f speedup_bf16 %.3f run_ms %.4f path %s\n",
            res.dense_s / res.tj_s, res.tj_s * 1e3, res.dense_s * 1e3, 2.0 * (double)o.m * (double)res.kept / res.tj_s * 1e-9,
            tj_dense_kind_word((tj_dense_kind)res.best), dflop / res.dense_s * 1e-9, peak,
            res.base_s[TJ_DENSE_ONEDNN_F32] * 1e3, res.base_s[TJ_DENSE_ONEDNN_BF16] * 1e3,
-           res.base_s[TJ_DENSE_OPENBLAS] * 1e3, res.base_s[TJ_DENSE_ONEDNN_BF16] / res.tj_s);
+           res.base_s[TJ_DENSE_OPENBLAS] * 1e3, res.base_s[TJ_DENSE_ONEDNN_BF16] / res.tj_s, res.run_s * 1e3, res.path);
     rc = 0;
 out:
     if (cf) fclose(cf);

@@ -1,152 +1,33 @@
-/* Dense CPU baselines (declared in tilejit/bench.h): oneDNN's C API through dlopen (the prototypes of the
- * dozen calls used are declared here, from oneDNN 3.x's dnnl.h, so no header is needed to
- * build), OpenBLAS through its CBLAS interface, and an FMA-peak loop per vector ISA. */
-#include <dlfcn.h>
+/* Dense CPU baselines (declared in tilejit/bench.h): oneDNN's matmul and OpenBLAS's sgemm through
+ * base/dense.c (the one place that opens and calls them; the runtime's dense path uses it too),
+ * and an FMA-peak loop per vector ISA. */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/dense.h"
 #include "base/error.h"
 #include "tilejit/bench.h"
 #include "tilejit/io.h"
-#include "tj_config.h"
-#if TJ_HAVE_OPENBLAS
-#include <cblas.h>
-void openblas_set_num_threads(int);
-char *openblas_get_corename(void);
-char *openblas_get_config(void);
-#endif
 
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
 
-/* ---------------------------------------------------------------- oneDNN 3.x C API subset */
-
-typedef int dnnl_status;
-typedef void *dnnl_handle; /* engine, stream, memory, primitive, primitive_desc, memory_desc */
-typedef int64_t dnnl_dims[12];
-typedef struct dnnl_exec_arg {
-    int arg;
-    dnnl_handle memory;
-} dnnl_exec_arg;
-typedef struct dnnl_version_t {
-    int major, minor, patch;
-    const char *hash;
-    unsigned cpu_runtime, gpu_runtime;
-} dnnl_version_t;
-
-enum {
-    DNNL_CPU = 1,
-    DNNL_STREAM_IN_ORDER = 1,
-    DNNL_DT_BF16 = 2,
-    DNNL_DT_F32 = 3,
-    DNNL_TAG_ANY = 1,
-    DNNL_TAG_AB = 3,
-    DNNL_QUERY_IMPL_INFO_STR = 8,
-    DNNL_QUERY_WEIGHTS_MD = 131,
-    DNNL_ARG_SRC = 1,
-    DNNL_ARG_DST = 17,
-    DNNL_ARG_WEIGHTS = 33,
-};
-#define DNNL_MEMORY_ALLOCATE ((void *)(size_t)-1)
-
-typedef struct dnnl_api {
-    void *lib;
-    void (*omp_set_num_threads)(int);
-    const dnnl_version_t *(*version)(void);
-    dnnl_status (*engine_create)(dnnl_handle *, int, size_t);
-    dnnl_status (*engine_destroy)(dnnl_handle);
-    dnnl_status (*stream_create)(dnnl_handle *, dnnl_handle, unsigned);
-    dnnl_status (*stream_wait)(dnnl_handle);
-    dnnl_status (*stream_destroy)(dnnl_handle);
-    dnnl_status (*md_with_tag)(dnnl_handle *, int, const dnnl_dims, int, int);
-    dnnl_status (*md_with_strides)(dnnl_handle *, int, const dnnl_dims, int, const dnnl_dims);
-    dnnl_status (*md_destroy)(dnnl_handle);
-    int (*md_equal)(dnnl_handle, dnnl_handle);
-    dnnl_status (*matmul_pd_create)(dnnl_handle *, dnnl_handle, dnnl_handle, dnnl_handle, dnnl_handle, dnnl_handle,
-                                    dnnl_handle);
-    dnnl_status (*reorder_pd_create)(dnnl_handle *, dnnl_handle, dnnl_handle, dnnl_handle, dnnl_handle, dnnl_handle);
-    dnnl_status (*pd_query)(dnnl_handle, int, int, void *);
-    dnnl_handle (*pd_query_md)(dnnl_handle, int, int);
-    dnnl_status (*pd_destroy)(dnnl_handle);
-    dnnl_status (*prim_create)(dnnl_handle *, dnnl_handle);
-    dnnl_status (*prim_execute)(dnnl_handle, dnnl_handle, int, const dnnl_exec_arg *);
-    dnnl_status (*prim_destroy)(dnnl_handle);
-    dnnl_status (*mem_create)(dnnl_handle *, dnnl_handle, dnnl_handle, void *);
-    dnnl_status (*mem_destroy)(dnnl_handle);
-} dnnl_api;
-
-static dnnl_api dnnl;
-static char dnnl_why[512];
-static pthread_once_t dnnl_once = PTHREAD_ONCE_INIT;
-
-static void dnnl_open(void)
-{
-    /* TILEJIT_ONEDNN: an explicit path (e.g. a PyPI wheel's lib/libdnnl.so.3) */
-    const char *path = getenv("TILEJIT_ONEDNN");
-    const char *name = path && *path ? path : "libdnnl.so.3";
-    void *h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-    if (!h) {
-        snprintf(dnnl_why, sizeof dnnl_why, "oneDNN not found (%s); scripts/install-deps installs it", dlerror());
-        return;
-    }
-    dnnl_api a = {.lib = h};
-#define SYM(field, sym)                                                                              \
-    do {                                                                                             \
-        *(void **)&a.field = dlsym(h, sym);                                                          \
-        if (!a.field) {                                                                              \
-            snprintf(dnnl_why, sizeof dnnl_why, "%s has no symbol %s (not oneDNN 3.x?)", name, sym); \
-            dlclose(h);                                                                              \
-            return;                                                                                  \
-        }                                                                                            \
-    } while (0)
-    SYM(version, "dnnl_version");
-    SYM(engine_create, "dnnl_engine_create");
-    SYM(engine_destroy, "dnnl_engine_destroy");
-    SYM(stream_create, "dnnl_stream_create");
-    SYM(stream_wait, "dnnl_stream_wait");
-    SYM(stream_destroy, "dnnl_stream_destroy");
-    SYM(md_with_tag, "dnnl_memory_desc_create_with_tag");
-    SYM(md_with_strides, "dnnl_memory_desc_create_with_strides");
-    SYM(md_destroy, "dnnl_memory_desc_destroy");
-    SYM(md_equal, "dnnl_memory_desc_equal");
-    SYM(matmul_pd_create, "dnnl_matmul_primitive_desc_create");
-    SYM(reorder_pd_create, "dnnl_reorder_primitive_desc_create");
-    SYM(pd_query, "dnnl_primitive_desc_query");
-    SYM(pd_query_md, "dnnl_primitive_desc_query_md");
-    SYM(pd_destroy, "dnnl_primitive_desc_destroy");
-    SYM(prim_create, "dnnl_primitive_create");
-    SYM(prim_execute, "dnnl_primitive_execute");
-    SYM(prim_destroy, "dnnl_primitive_destroy");
-    SYM(mem_create, "dnnl_memory_create");
-    SYM(mem_destroy, "dnnl_memory_destroy");
-#undef SYM
-    if (a.version()->major != 3) {
-        snprintf(dnnl_why, sizeof dnnl_why, "%s is oneDNN %d.%d; the baseline needs 3.x", name, a.version()->major,
-                 a.version()->minor);
-        dlclose(h);
-        return;
-    }
-    /* the OpenMP runtime oneDNN was built with (GOMP in the PyPI cpu-gomp build), if any */
-    *(void **)&a.omp_set_num_threads = dlsym(h, "omp_set_num_threads");
-    dnnl = a;
-}
-
 /* ---------------------------------------------------------------- problems */
 
 struct tj_dense {
     tj_dense_kind kind;
-    const float *x, *w;
+    const float *x, *w, *bias;
+    tj_dense_act act;
     float *y;
     int64_t m, n, k;
     int threads;
     char name[200];
-    /* oneDNN */
-    dnnl_handle eng, strm, pd, prim, mx, mw, my;
-    void *xb, *wb; /* bf16 copies of x and w */
+    tj_onednn_matmul *mm; /* oneDNN, x and y bound once */
+    void *xb, *wb;        /* bf16 copies of x and w */
 };
 
 const char *tj_dense_kind_word(tj_dense_kind kind)
@@ -162,83 +43,14 @@ static uint16_t *bf16_copy(const float *src, int64_t n)
     return d;
 }
 
-#define DNNL_TRY(call, what)                                                                              \
-    do {                                                                                                  \
-        dnnl_status st_ = (call);                                                                         \
-        if (st_ != 0) {                                                                                   \
-            s = tj_fail(err, TJ_ERR_UNSUPPORTED, "oneDNN: %s failed (status %d)", what, st_);              \
-            goto fail;                                                                                    \
-        }                                                                                                 \
-    } while (0)
-
-static tj_status onednn_create(tj_dense *d, tj_error *err)
-{
-    pthread_once(&dnnl_once, dnnl_open);
-    if (!dnnl.lib) return tj_fail(err, TJ_ERR_UNSUPPORTED, "%s", dnnl_why);
-    tj_status s = TJ_OK;
-    int bf = d->kind == TJ_DENSE_ONEDNN_BF16, dt = bf ? DNNL_DT_BF16 : DNNL_DT_F32;
-    dnnl_handle md_x = NULL, md_w = NULL, md_wany = NULL, md_y = NULL, rpd = NULL, rprim = NULL, mwplain = NULL;
-    if (dnnl.omp_set_num_threads) dnnl.omp_set_num_threads(d->threads);
-    if (bf) {
-        d->xb = bf16_copy(d->x, d->m * d->k);
-        d->wb = bf16_copy(d->w, d->n * d->k);
-        if (!d->xb || !d->wb) return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory for bf16 copies");
-    }
-    DNNL_TRY(dnnl.engine_create(&d->eng, DNNL_CPU, 0), "engine_create");
-    DNNL_TRY(dnnl.stream_create(&d->strm, d->eng, DNNL_STREAM_IN_ORDER), "stream_create");
-    dnnl_dims xd = {d->m, d->k}, wd = {d->k, d->n}, yd = {d->m, d->n}, ws = {1, d->k};
-    DNNL_TRY(dnnl.md_with_tag(&md_x, 2, xd, dt, DNNL_TAG_AB), "memory_desc(src)");
-    DNNL_TRY(dnnl.md_with_strides(&md_w, 2, wd, dt, ws), "memory_desc(weights)"); /* Wᵀ of [n × k] */
-    DNNL_TRY(dnnl.md_with_tag(&md_wany, 2, wd, dt, DNNL_TAG_ANY), "memory_desc(weights any)");
-    DNNL_TRY(dnnl.md_with_tag(&md_y, 2, yd, DNNL_DT_F32, DNNL_TAG_AB), "memory_desc(dst)");
-    /* weights in the layout the implementation prefers, reordered once outside the timing, as
-     * an inference engine does with constant weights */
-    dnnl_status st = dnnl.matmul_pd_create(&d->pd, d->eng, md_x, md_wany, NULL, md_y, NULL);
-    if (st == 3) { /* dnnl_unimplemented */
-        s = tj_fail(err, TJ_ERR_UNSUPPORTED, "oneDNN has no %s matmul for this CPU%s", bf ? "bf16" : "fp32",
-                    bf ? " (no avx512_bf16, AMX or AVX2-VNNI-2 instructions)" : "");
-        goto fail;
-    }
-    DNNL_TRY(st, "matmul primitive_desc");
-    const char *impl = "?";
-    dnnl.pd_query(d->pd, DNNL_QUERY_IMPL_INFO_STR, 0, &impl);
-    if (strstr(impl, "ref")) {
-        s = tj_fail(err, TJ_ERR_UNSUPPORTED, "oneDNN has only its reference %s matmul on this CPU (%s)",
-                    bf ? "bf16" : "fp32", impl);
-        goto fail;
-    }
-    const dnnl_version_t *v = dnnl.version();
-    snprintf(d->name, sizeof d->name, "oneDNN %d.%d.%d %s matmul (%s)", v->major, v->minor, v->patch,
-             bf ? "bf16" : "fp32", impl);
-    dnnl_handle md_wbest = dnnl.pd_query_md(d->pd, DNNL_QUERY_WEIGHTS_MD, 0);
-    void *xh = bf ? d->xb : (void *)d->x, *wh = bf ? d->wb : (void *)d->w;
-    DNNL_TRY(dnnl.mem_create(&d->mx, md_x, d->eng, xh), "memory(src)");
-    DNNL_TRY(dnnl.mem_create(&d->my, md_y, d->eng, d->y), "memory(dst)");
-    if (dnnl.md_equal(md_wbest, md_w)) {
-        DNNL_TRY(dnnl.mem_create(&d->mw, md_w, d->eng, wh), "memory(weights)");
-    } else {
-        DNNL_TRY(dnnl.mem_create(&mwplain, md_w, d->eng, wh), "memory(weights)");
-        DNNL_TRY(dnnl.mem_create(&d->mw, md_wbest, d->eng, DNNL_MEMORY_ALLOCATE), "memory(packed weights)");
-        DNNL_TRY(dnnl.reorder_pd_create(&rpd, md_w, d->eng, md_wbest, d->eng, NULL), "reorder primitive_desc");
-        DNNL_TRY(dnnl.prim_create(&rprim, rpd), "reorder primitive");
-        dnnl_exec_arg ra[2] = {{DNNL_ARG_SRC, mwplain}, {DNNL_ARG_DST, d->mw}};
-        DNNL_TRY(dnnl.prim_execute(rprim, d->strm, 2, ra), "reorder");
-        DNNL_TRY(dnnl.stream_wait(d->strm), "stream_wait");
-    }
-    DNNL_TRY(dnnl.prim_create(&d->prim, d->pd), "matmul primitive");
-fail:
-    if (rprim) dnnl.prim_destroy(rprim);
-    if (rpd) dnnl.pd_destroy(rpd);
-    if (mwplain) dnnl.mem_destroy(mwplain);
-    if (md_x) dnnl.md_destroy(md_x);
-    if (md_w) dnnl.md_destroy(md_w);
-    if (md_wany) dnnl.md_destroy(md_wany);
-    if (md_y) dnnl.md_destroy(md_y);
-    return s;
-}
-
 tj_status tj_dense_create(tj_dense_kind kind, const float *x, const float *w, float *y, int64_t m, int64_t n,
                           int64_t k, int threads, tj_dense **out, tj_error *err)
+{
+    return tj_dense_create_layer(kind, x, w, NULL, TJ_ACT_NONE, y, m, n, k, threads, out, err);
+}
+
+tj_status tj_dense_create_layer(tj_dense_kind kind, const float *x, const float *w, const float *bias, tj_activation act,
+                                float *y, int64_t m, int64_t n, int64_t k, int threads, tj_dense **out, tj_error *err)
 {
     *out = NULL;
     tj_dense *d = calloc(1, sizeof *d);
@@ -246,6 +58,8 @@ tj_status tj_dense_create(tj_dense_kind kind, const float *x, const float *w, fl
     d->kind = kind;
     d->x = x;
     d->w = w;
+    d->bias = bias;
+    d->act = act == TJ_ACT_RELU ? TJ_DENSE_ACT_RELU : act == TJ_ACT_GELU ? TJ_DENSE_ACT_GELU : TJ_DENSE_ACT_NONE;
     d->y = y;
     d->m = m;
     d->n = n;
@@ -254,21 +68,25 @@ tj_status tj_dense_create(tj_dense_kind kind, const float *x, const float *w, fl
     tj_status s = TJ_OK;
     switch (kind) {
     case TJ_DENSE_ONEDNN_F32:
-    case TJ_DENSE_ONEDNN_BF16: s = onednn_create(d, err); break;
-    case TJ_DENSE_OPENBLAS:
-#if TJ_HAVE_OPENBLAS
-        openblas_set_num_threads(d->threads);
-        {
-            /* openblas_get_config: "OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY Haswell MAX_THREADS=64" */
-            char ver[32] = "";
-            const char *cfg = openblas_get_config();
-            if (cfg && strncmp(cfg, "OpenBLAS ", 9) == 0) sscanf(cfg + 9, "%31s", ver);
-            snprintf(d->name, sizeof d->name, "OpenBLAS %s %s (core %s)", ver, m == 1 ? "sgemv" : "sgemm",
-                     openblas_get_corename());
+    case TJ_DENSE_ONEDNN_BF16: {
+        /* weights reordered once outside the timing, as an inference engine does with constant
+         * weights; x and y bound once, so a timed call allocates nothing */
+        int bf = kind == TJ_DENSE_ONEDNN_BF16;
+        if ((s = tj_onednn_open(err)) != TJ_OK) break;
+        if (bf && (!(d->xb = bf16_copy(x, m * k)) || !(d->wb = bf16_copy(w, n * k)))) {
+            s = tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory for bf16 copies");
+            break;
         }
-#else
-        s = tj_fail(err, TJ_ERR_UNSUPPORTED, "this tilejit was built without OpenBLAS (Debian libopenblas-dev)");
-#endif
+        tj_onednn_matmul_desc md = {.m = m, .n = n, .k = k, .bf16 = bf, .bias = bias != NULL, .act = d->act,
+                                    .threads = d->threads};
+        s = tj_onednn_matmul_create(&md, bf ? d->wb : (const void *)w, bias, &d->mm, err);
+        if (s == TJ_OK) s = tj_onednn_matmul_bind(d->mm, bf ? d->xb : (const void *)x, y, err);
+        if (s == TJ_OK) snprintf(d->name, sizeof d->name, "%s", tj_onednn_matmul_name(d->mm));
+        break;
+    }
+    case TJ_DENSE_OPENBLAS:
+        if (!tj_openblas_built()) s = tj_fail(err, TJ_ERR_UNSUPPORTED, "%s", tj_openblas_name(m));
+        else snprintf(d->name, sizeof d->name, "%s", tj_openblas_name(m));
         break;
     default: s = tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "unknown dense baseline %d", (int)kind);
     }
@@ -283,21 +101,10 @@ tj_status tj_dense_create(tj_dense_kind kind, const float *x, const float *w, fl
 int tj_dense_run(tj_dense *d)
 {
     if (d->kind == TJ_DENSE_OPENBLAS) {
-#if TJ_HAVE_OPENBLAS
-        if (d->m == 1)
-            cblas_sgemv(CblasRowMajor, CblasNoTrans, (blasint)d->n, (blasint)d->k, 1.0f, d->w, (blasint)d->k, d->x, 1,
-                        0.0f, d->y, 1);
-        else
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)d->m, (blasint)d->n, (blasint)d->k, 1.0f,
-                        d->x, (blasint)d->k, d->w, (blasint)d->k, 0.0f, d->y, (blasint)d->n);
-        return 0;
-#else
-        return -1;
-#endif
+        tj_error err;
+        return tj_openblas_gemm(d->x, d->w, d->bias, d->act, d->y, d->m, d->n, d->k, d->threads, &err) == TJ_OK ? 0 : -1;
     }
-    dnnl_exec_arg a[3] = {{DNNL_ARG_SRC, d->mx}, {DNNL_ARG_WEIGHTS, d->mw}, {DNNL_ARG_DST, d->my}};
-    if (dnnl.prim_execute(d->prim, d->strm, 3, a) != 0) return -1;
-    return dnnl.stream_wait(d->strm) != 0 ? -1 : 0;
+    return tj_onednn_matmul_run_bound(d->mm);
 }
 
 const char *tj_dense_name(const tj_dense *d) { return d->name; }
@@ -305,15 +112,8 @@ const char *tj_dense_name(const tj_dense *d) { return d->name; }
 void tj_dense_destroy(tj_dense *d)
 {
     if (!d) return;
-    if (dnnl.lib) {
-        if (d->prim) dnnl.prim_destroy(d->prim);
-        if (d->pd) dnnl.pd_destroy(d->pd);
-        if (d->mx) dnnl.mem_destroy(d->mx);
-        if (d->mw) dnnl.mem_destroy(d->mw);
-        if (d->my) dnnl.mem_destroy(d->my);
-        if (d->strm) dnnl.stream_destroy(d->strm);
-        if (d->eng) dnnl.engine_destroy(d->eng);
-    }
+    if (d->kind == TJ_DENSE_OPENBLAS) tj_openblas_quiesce(); /* its spinning workers would slow what runs next */
+    tj_onednn_matmul_destroy(d->mm);
     free(d->xb);
     free(d->wb);
     free(d);

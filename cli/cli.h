@@ -64,7 +64,7 @@ typedef struct cli_prune_input {
     tj_prune_layer_in *layers;
     int64_t nlayers;
 } cli_prune_input;
-/* Shared by both paths (cmd_prune.c). --sparsity into *out, in [0, 1); 1 after a message. */
+/* Shared by both paths (prune_shared.c). --sparsity into *out, in [0, 1); 1 after a message. */
 int cli_prune_sparsity(const char *s, double *out);
 /* --g, --mode, --ew and --tew-base (checked in this order) into opt; 1 after a message. */
 int cli_prune_shape(const cli_prune_args *a, tj_prune_options *opt);
@@ -80,7 +80,7 @@ int cli_prune_plain(const cli_prune_args *a, const tj_prune_options *opt, double
 int cli_prune_wants_calibrated(int argc, char **argv);
 int cmd_prune_calibrated(const cli_prune_args *a);
 int cmd_pattern(int argc, char **argv);
-/* Per-layer density and FLOP reduction table plus totals (cmd_prune.c; prune and pattern). */
+/* Per-layer density and FLOP reduction table plus totals (prune_shared.c; prune and pattern). */
 void cli_print_pattern_summary(const tj_pattern *p);
 int cmd_model(int argc, char **argv);
 int cmd_tune(int argc, char **argv);

@@ -15,7 +15,9 @@ static const char *help =
     "~/.cache/tilejit). Needs no GPU. Prints per layer and arch: compile seconds, cache (hit, miss,\n"
     "rebuilt: a damaged entry was replaced), registers and static shared memory of tj_tiles, the\n"
     "dynamic shared memory it launches with, and spill bytes over all functions; then the total.\n\n"
-    "  --arch LIST     real archs, comma-separated (default sm_90)\n"
+    "  --arch LIST     real archs, comma-separated (default sm_90); sm_90a: the arch-specific\n"
+    "                  target of the wgmma kernels (a wgmma config compiles for it anyway), runs\n"
+    "                  only on compute capability 9.0\n"
     "  --layer NAME    only this layer\n"
     "  --config JSON   config JSON text or file, over each layer's default (see tilejit gen --help)\n"
     "  --threads N     parallel compiles (default: one per core)\n"
@@ -54,7 +56,7 @@ int cmd_compile(int argc, char **argv)
         return cli_fail("compile", "this build has no NVRTC (CUDA toolkit not found at configure time)");
     int archs[8];
     int narch = tj_arch_parse(arch, archs, 8);
-    if (narch <= 0) return cli_fail("compile", "--arch: '%s' is not a list like sm_80,sm_90", arch);
+    if (narch <= 0) return cli_fail("compile", "--arch: '%s' is not a list like sm_80,sm_90a", arch);
     int64_t threads = 0;
     if (threads_s && cli_parse_int("compile", "threads", threads_s, 1, 64, &threads)) return 1;
     char *cfg_text = NULL;
@@ -85,12 +87,14 @@ int cmd_compile(int argc, char **argv)
         const tj_compiled *k = &rep->kernels[j];
         char shape[32];
         snprintf(shape, sizeof shape, "%lldx%lld", (long long)k->n, (long long)k->k);
+        char sm[16];
+        snprintf(sm, sizeof sm, "sm_%d%s", k->sm & ~TJ_ARCH_SPECIFIC, (k->sm & TJ_ARCH_SPECIFIC) ? "a" : "");
         if (k->status != TJ_OK) {
-            printf("%-44s %11s sm_%-3d  FAILED\n", k->layer, shape, k->sm);
+            printf("%-44s %11s %-6s  FAILED\n", k->layer, shape, sm);
             failed++;
             continue;
         }
-        printf("%-44s %11s sm_%-3d %8.3f %7s %5d %7lld %7lld %7lld\n", k->layer, shape, k->sm, k->seconds,
+        printf("%-44s %11s %-6s %8.3f %7s %5d %7lld %7lld %7lld\n", k->layer, shape, sm, k->seconds,
                cache_word(k->cache), k->registers, (long long)k->smem_static, (long long)k->smem_dynamic,
                (long long)k->spill_bytes);
         hits += k->cache == TJ_CACHE_USE_HIT;

@@ -14,10 +14,20 @@ static const char *help =
     "  --layer NAME    the layer, by name\n"
     "  --target T      cuda or cpu\n"
     "  --config JSON   a config as JSON text, or a file holding it; keys not given keep the layer's\n"
-    "                  defaults. cuda: {\"template\":\"mma\"|\"simt\",\"bm\":128,\"bn\":128,\"bk\":32,\n"
-    "                  \"warps\":8,\"stages\":3,\"offsets\":\"table\"|\"unrolled\",\"dtype\":\"f16\"|\"bf16\",\n"
-    "                  \"out\":\"f32\"|\"f16\"|\"bf16\",\"layout\":\"fm\"|\"rm\"|\"rm_fm\"|\"fm_rm\"}\n"
-    "  -o FILE         write there instead of standard output\n";
+    "                  defaults. cuda: {\"template\":T,\"bm\":128,\"bn\":128,\"bk\":32,\"warps\":8,\n"
+    "                  \"stages\":3,\"offsets\":\"table\"|\"unrolled\",\"dtype\":\"f16\"|\"bf16\",\n"
+    "                  \"out\":\"f32\"|\"f16\"|\"bf16\",\"layout\":\"fm\"|\"rm\"|\"rm_fm\"|\"fm_rm\"}, T one of the\n"
+    "                  templates below\n"
+    "  -o FILE         write there instead of standard output\n\n"
+    "CUDA templates (templates/README.md):\n";
+
+/* The template list of --help, from the emitter's own table (tj_gen_cuda_template). */
+static void print_help(void)
+{
+    fputs(help, stdout);
+    const char *what = NULL, *name;
+    for (int i = 0; (name = tj_gen_cuda_template(i, &what)) != NULL; i++) printf("  %-8s %s\n", name, what);
+}
 
 /* The --config value: JSON text as given, or the content of the file it names (malloc'ed). */
 char *cli_read_config(const char *cmd, const char *value)
@@ -41,7 +51,7 @@ int cmd_gen(int argc, char **argv)
     cli_opt opts[] = {{"layer", 1, &layer, NULL}, {"target", 1, &target, NULL}, {"config", 1, &config, NULL},
                       {"o", 1, &output, NULL}, {"output", 1, &output, NULL}, {0}};
     int r = cli_parse("gen", argc, argv, opts, pos, 1, &npos);
-    if (r == 2) { fputs(help, stdout); return 0; }
+    if (r == 2) { print_help(); return 0; }
     if (r) return 1;
     if (npos != 1) return cli_fail("gen", "expected one PATTERN file (see --help)");
     if (!layer) return cli_fail("gen", "--layer NAME is required");

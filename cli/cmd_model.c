@@ -1,6 +1,7 @@
 /* `tilejit model`: every layer of a pruned model on random input, checked against the reference
- * and timed against the dense baseline (OpenBLAS on the CPU, cuBLAS on the GPU): the paper's
- * per-model table. Load time is reported cold (empty kernel cache) and warm (cache filled). */
+ * and timed against the dense baseline (the faster of oneDNN and OpenBLAS computing the same layer
+ * on the CPU, cuBLAS on the GPU): the paper's per-model table, with the path each layer took (its
+ * kernel or the dense path). Load time is reported cold (empty kernel cache) and warm. */
 #include <dirent.h>
 #include <math.h>
 #include <stdio.h>
@@ -27,9 +28,14 @@ static const char *help =
     "Loads every layer of the model, runs each on random input X [M × k] (M = batch × tokens,\n"
     "default 128), checks Y against the reference backend (relative error ≤ 1e-5 in fp32,\n"
     "≤ 2e-3 on the GPU's fp16 path) and times it against the dense baseline on the same shape:\n"
-    "OpenBLAS cblas_sgemm with the same thread count on the CPU, cuBLAS on the GPU. Timing: a\n"
-    "warm-up, then at least 5 repeats and --min-time seconds (default 0.1), median per call.\n"
-    "Prints one row per layer and the total; exits 1 if any layer is out of bounds.\n\n"
+    "on the CPU the faster of oneDNN's fp32 matmul (bias and activation fused) and OpenBLAS\n"
+    "sgemm (then a bias and activation pass), each computing the whole layer with the same\n"
+    "thread count; cuBLAS on the GPU. Column 'path': what the layer ran at this M, its generated\n"
+    "kernel or the dense path (onednn, openblas; docs/dense-path.md), where that is faster.\n"
+    "Timing: a warm-up, then at least 5 repeats and --min-time seconds (default 0.1), median\n"
+    "per call; on the CPU tilejit and oneDNN in 3 interleaved rounds (each a third of --min-time),\n"
+    "then OpenBLAS, the median round. Prints one row per layer and the total; exits 1 if any\n"
+    "layer is out of bounds.\n\n"
     "Load time is shown cold and warm: without --cache-dir the model is loaded into a fresh\n"
     "temporary kernel cache (cold), then loaded again from it (warm).\n\n"
     "--reference-weights DENSE.safetensors: also compare each layer's output with the dense\n"
@@ -126,6 +132,18 @@ static double measure(tj_timed_fn fn, timed *t, double min_time)
     return tj_time_calls(fn, t, &o, &tm, NULL, 0, NULL) == TJ_OK ? tm.median_s : -1;
 }
 
+/* Rounds of interleaved timing per layer (CPU): tilejit and oneDNN, ROUNDS times. */
+#define ROUNDS 3
+_Static_assert(ROUNDS == 3, "median3 takes three rounds");
+
+/* The median of ROUNDS times; -1 when any is missing. */
+static double median3(const double v[ROUNDS])
+{
+    double a = v[0], b = v[1], c = v[2];
+    if (a < 0 || b < 0 || c < 0) return -1;
+    return a > b ? (b > c ? b : (a > c ? c : a)) : (a > c ? a : (b > c ? c : b));
+}
+
 /* Removes a temporary cache directory tree (two levels are enough for the kernel cache, but
  * recurse anyway). Best effort. */
 static void remove_tree(const char *path)
@@ -191,7 +209,7 @@ int cmd_model(int argc, char **argv)
     tj_model *model = NULL;
     tj_st_file *ref = NULL;
     double agree_dot = 0, agree_yy = 0, agree_dd = 0, agree_min = INFINITY;
-    float *x = NULL, *y = NULL, *yref = NULL, *wf = NULL, *yd = NULL;
+    float *x = NULL, *y = NULL, *yref = NULL, *wf = NULL, *bf = NULL;
     int rc = 1;
     if (refw) {
         tj_error rerr = {0};
@@ -223,9 +241,9 @@ int cmd_model(int argc, char **argv)
     x = malloc((size_t)(M * maxk) * sizeof *x);
     y = malloc((size_t)(M * maxn) * sizeof *y);
     yref = malloc((size_t)(M * maxn) * sizeof *yref);
-    yd = malloc((size_t)(M * maxn) * sizeof *yd);
     wf = malloc((size_t)(maxn * maxk) * sizeof *wf);
-    if (!x || !y || !yref || !yd || !wf) { cli_fail("model", "out of memory (M = %lld)", (long long)M); goto done; }
+    bf = malloc((size_t)maxn * sizeof *bf);
+    if (!x || !y || !yref || !wf || !bf) { cli_fail("model", "out of memory (M = %lld)", (long long)M); goto done; }
 
     int nthreads = threads ? (int)threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     char dname[2][200] = {"", ""}, dense_name[600] = "cuBLAS";
@@ -235,12 +253,13 @@ int cmd_model(int argc, char **argv)
            tj_backend_name(be), (long long)M, threads ? threads_s : "all");
     printf("load: cold %.3f s, warm %.3f s (backend preparation; %.3f s / %.3f s with parsing and mapping)\n",
            cold, warm, cold_wall, warm_wall);
-    printf("%-44s %6s %6s %8s %10s %10s %10s %8s%s\n", "layer", "n", "k", "density", "rel.err", "tilejit ms",
-           "dense ms", "speedup", ref ? "  cos.dense" : "");
+    printf("%-44s %6s %6s %8s %10s %-8s %10s %10s %8s%s\n", "layer", "n", "k", "density", "rel.err", "path",
+           "tilejit ms", "dense ms", "speedup", ref ? "  cos.dense" : "");
 
     uint64_t rng = 0x5eed0f7173ull;
     double tot_tj = 0, tot_dense = 0, tot_kept = 0, tot_w = 0;
-    int bad = 0, have_dense = 1, staged = 0;
+    int bad = 0, have_dense = 1, staged = 0, npaths[2] = {0, 0};
+    char dense_lib[200] = "";
     for (int64_t i = 0; i < nl; i++) {
         tj_layer_info li;
         tj_model_layer_info(model, i, &li);
@@ -269,29 +288,54 @@ int cmd_model(int argc, char **argv)
         } else {
             if (gpu && !staged && herr[0]) fprintf(stderr, "tilejit model: GPU timing hook: %s; timing through staging copies\n", herr);
             if (gpu) staged = 1;
-            t_tj = measure(run_tilejit_fn, &t, min_time);
-            if (t.failed) { cli_fail("model", "%s", tj_context_error(ctx)); goto done; }
 #if TJ_HAVE_LLVM
-            if (!gpu) { /* the fastest fp32 dense baseline of this shape */
+            if (!gpu) { /* tilejit and the fastest fp32 dense baseline of this layer (bias and activation
+                         * too), timed in interleaved rounds: drift of the machine during the row (other
+                         * jobs, clocks) then falls on both sides, not on whichever ran second */
                 tj_model_dense_weights(model, i, wf);
+                const float *bias = tj_model_dense_bias(model, i, bf) == TJ_OK ? bf : NULL;
                 static const tj_dense_kind kinds[2] = {TJ_DENSE_ONEDNN_F32, TJ_DENSE_OPENBLAS};
-                int win = -1;
+                tj_dense *dk[2] = {NULL, NULL};
                 for (int kd = 0; kd < 2; kd++) {
                     tj_error derr;
-                    if (tj_dense_create(kinds[kd], x, wf, yd, M, li.n, li.k, nthreads, &t.dense, &derr) != TJ_OK)
-                        continue;
-                    snprintf(dname[kd], sizeof dname[kd], "%s", tj_dense_name(t.dense));
-                    double td = measure(run_dense_fn, &t, min_time);
+                    /* into tilejit's own y (checked above): the same input and output memory on
+                     * both sides (a separate buffer measurably changed the times, by up to 5 %) */
+                    if (tj_dense_create_layer(kinds[kd], x, wf, bias, li.activation, y, M, li.n, li.k, nthreads, &dk[kd],
+                                              &derr) == TJ_OK)
+                        snprintf(dname[kd], sizeof dname[kd], "%s", tj_dense_name(dk[kd]));
+                }
+                /* tilejit and oneDNN interleaved; OpenBLAS after them (its workers spin after a call
+                 * and would slow a oneDNN call that follows: destroying it stops them) */
+                double rt[ROUNDS], rd[2][ROUNDS];
+                for (int r = 0; r < ROUNDS && !t.failed; r++) {
+                    rt[r] = measure(run_tilejit_fn, &t, min_time / ROUNDS);
+                    t.dense = dk[0];
+                    rd[0][r] = dk[0] ? measure(run_dense_fn, &t, min_time / ROUNDS) : -1;
+                }
+                for (int r = 0; r < ROUNDS; r++) {
+                    t.dense = dk[1];
+                    rd[1][r] = dk[1] ? measure(run_dense_fn, &t, min_time / ROUNDS) : -1;
+                }
+                t.dense = NULL;
+                tj_dense_destroy(dk[0]);
+                tj_dense_destroy(dk[1]);
+                if (t.failed) { cli_fail("model", "%s", tj_context_error(ctx)); goto done; }
+                t_tj = median3(rt);
+                int win = -1;
+                for (int kd = 0; kd < 2; kd++) {
+                    double td = median3(rd[kd]);
                     if (td > 0 && (t_dense < 0 || td < t_dense)) {
                         t_dense = td;
                         win = kd;
                     }
-                    tj_dense_destroy(t.dense);
-                    t.dense = NULL;
                 }
                 if (win >= 0) dwins[win]++;
-            }
+            } else
 #endif
+            {
+                t_tj = measure(run_tilejit_fn, &t, min_time);
+                if (t.failed) { cli_fail("model", "%s", tj_context_error(ctx)); goto done; }
+            }
         }
         if (t_dense < 0) have_dense = 0;
         double dens = (double)li.kept_weights / (double)(li.n * li.k);
@@ -304,8 +348,15 @@ int cmd_model(int argc, char **argv)
         fmt_ms(b, sizeof b, t_dense);
         if (t_dense > 0 && t_tj > 0) snprintf(sp, sizeof sp, "%.2fx", t_dense / t_tj);
         else snprintf(sp, sizeof sp, "-");
-        printf("%-44s %6lld %6lld %8.4f %9.2e%s %10s %10s %8s", li.name, (long long)li.n, (long long)li.k,
-               dens, e, e <= bound ? " " : "!", a, b, sp);
+        tj_path path = TJ_PATH_KERNEL;
+        const char *lib = "kernel";
+        tj_model_layer_path(model, i, M, &path, &lib, NULL);
+        const char *pw = path == TJ_PATH_KERNEL ? "kernel" : strncmp(lib, "oneDNN", 6) == 0 ? "onednn"
+                                                             : strncmp(lib, "OpenBLAS", 8) == 0 ? "openblas" : "dense";
+        npaths[path]++;
+        if (path == TJ_PATH_DENSE) snprintf(dense_lib, sizeof dense_lib, "%s", lib);
+        printf("%-44s %6lld %6lld %8.4f %9.2e%s %-8s %10s %10s %8s", li.name, (long long)li.n, (long long)li.k,
+               dens, e, e <= bound ? " " : "!", pw, a, b, sp);
         if (ref && isnan(agree)) printf("  %9s", "no layer");
         else if (ref) printf("  %9.4f", agree);
         printf("\n");
@@ -317,12 +368,14 @@ int cmd_model(int argc, char **argv)
     if (have_dense && tot_tj > 0) snprintf(sp, sizeof sp, "%.2fx", tot_dense / tot_tj);
     else snprintf(sp, sizeof sp, "-");
     double dens = tot_w > 0 ? tot_kept / tot_w : 0;
-    printf("%-44s %6s %6s %8.4f %10s %10s %10s %8s\n", "total", "", "", dens, "", a, b, sp);
+    printf("%-44s %6s %6s %8.4f %10s %-8s %10s %10s %8s\n", "total", "", "", dens, "", "", a, b, sp);
     if (!gpu) /* the faster fp32 library per layer: say which, and how often */
-        snprintf(dense_name, sizeof dense_name, "fastest fp32 per layer of %s (%d layers) and %s (%d layers)",
+        snprintf(dense_name, sizeof dense_name, "the whole layer (bias, activation), fastest fp32 of %s (%d layers) and %s (%d layers)",
                  dname[0][0] ? dname[0] : "oneDNN (unavailable)", dwins[0], dname[1][0] ? dname[1] : "OpenBLAS (unavailable)",
                  dwins[1]);
     printf("dense baseline: %s; ideal speedup 1/density = %.2fx\n", dense_name, dens > 0 ? 1 / dens : 0);
+    printf("paths at M = %lld: %d layers on their kernel, %d on the dense path%s%s%s (docs/dense-path.md; -v says why)\n",
+           (long long)M, npaths[0], npaths[1], npaths[1] ? " (" : "", dense_lib, npaths[1] ? ")" : "");
     if (!gpu) { /* which config each layer ran at this M (backends that pick one per M) */
         for (int64_t i = 0; i < nl; i++) {
             tj_layer_info li;
@@ -347,8 +400,8 @@ done:
     free(x);
     free(y);
     free(yref);
-    free(yd);
     free(wf);
+    free(bf);
     tj_model_destroy(model);
     tj_context_destroy(ctx);
     tj_st_close(ref);

@@ -1,7 +1,7 @@
 /* `tilejit prune` with calibration statistics or a per-layer allocation (--calibration,
  * --allocation, --profile, --budget-ms, --sweep-out): the calibrated path of the prune command.
- * cmd_prune.c parses the options and hands over when one of these is present; the options, their
- * checks and the opening of the inputs both paths share are cmd_prune.c's. */
+ * cmd_prune.c parses the options and hands over when one of these is present; the checks of the
+ * options and the opening of the inputs both paths share are prune_shared.c's. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -10,7 +10,8 @@ static const char *help =
     "                   [--backend auto|cpu|cuda|reference] [--threads T] [--tuning-log LOG] [-v]\n\n"
     "Computes Y = act(X · (W ⊙ mask)ᵀ + bias) for one layer. X is a 2-D .npy array [M × k]\n"
     "('<f4' or '<f2', C order); Y is written as '<f4' [M × n]. --backend auto uses a GPU when\n"
-    "one is usable, else the CPU backend (-v says which and why).\n";
+    "one is usable, else the CPU backend (-v says which and why, and which path the layer took at\n"
+    "this M: its kernel or the dense path, docs/dense-path.md).\n";
 
 int cmd_run(int argc, char **argv)
 {
@@ -68,10 +69,16 @@ int cmd_run(int argc, char **argv)
         cli_fail("run", "%s", tj_context_error(ctx));
         goto done;
     }
-    if (verbose)
+    if (verbose) {
+        tj_path path = TJ_PATH_KERNEL;
+        const char *lib = "kernel", *why = "";
+        tj_model_layer_path(model, idx, x.rows, &path, &lib, &why);
         fprintf(stderr, "tilejit run: layer '%s' on backend %s, M = %lld: %.3f ms (load %.3f s)\n", layer,
                 tj_backend_name(tj_context_backend(ctx)), (long long)x.rows, 1e3 * (tj_now() - t0),
                 tj_model_load_seconds(model));
+        fprintf(stderr, "tilejit run: path %s%s%s; %s\n", path == TJ_PATH_DENSE ? "dense (" : "kernel",
+                path == TJ_PATH_DENSE ? lib : "", path == TJ_PATH_DENSE ? ")" : "", why);
+    }
     if (tj_npy_write(output, TJ_F32, x.rows, info.n, y, &err) != TJ_OK) { cli_fail("run", "%s", err.msg); goto done; }
     rc = 0;
 done:

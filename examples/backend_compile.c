@@ -191,7 +191,8 @@ int main(int argc, char **argv)
         tj_status s = tj_compile_pattern(p, &co, &rep, &err);
         for (int64_t j = 0; rep && j < rep->count; j++) {
             const tj_compiled *k = &rep->kernels[j];
-            printf("cubin  %s sm_%d: %s, %.3f s, %d registers, %lld spill bytes\n", k->layer, k->sm,
+            printf("cubin  %s sm_%d%s: %s, %.3f s, %d registers, %lld spill bytes\n", k->layer, k->sm & ~TJ_ARCH_SPECIFIC,
+                   (k->sm & TJ_ARCH_SPECIFIC) ? "a" : "",
                    k->status == TJ_OK ? (k->cache == TJ_CACHE_USE_HIT ? "cached" : "compiled") : "FAILED", k->seconds,
                    k->registers, (long long)k->spill_bytes);
         }

@@ -28,9 +28,27 @@ static int pow2_ceil(int64_t v)
     return p;
 }
 
-static const char *template_name(tj_cuda_template t)
+/* The templates, in tj_cuda_template order: the one table the config parser, the config writer
+ * and `tilejit gen --help` (tj_gen_cuda_template) read. */
+static const struct {
+    const char *name, *what;
+} templates[] = {
+    [TJ_CUDA_TEMPLATE_SIMT] = {"simt", "plainly correct fp32 SIMT math, the GPU yardstick (sm_80 and later)"},
+    [TJ_CUDA_TEMPLATE_MMA] = {"mma", "tensor cores: mma.sync m16n8k16 fed by ldmatrix, a cp.async multi-stage "
+                                     "pipeline (sm_80 and later; the default)"},
+    [TJ_CUDA_TEMPLATE_WGMMA] = {"wgmma", "Hopper: wgmma m64nNk16 from swizzled shared memory, an mbarrier and "
+                                         "cp.async.bulk pipeline; sm_90a only, bn 64, 4 warps, bm 64 or 128, "
+                                         "feature-major x"},
+};
+#define NTEMPLATES ((int)(sizeof templates / sizeof *templates))
+
+static const char *template_name(tj_cuda_template t) { return templates[t].name; }
+
+const char *tj_gen_cuda_template(int i, const char **what)
 {
-    return t == TJ_CUDA_TEMPLATE_MMA ? "mma" : t == TJ_CUDA_TEMPLATE_WGMMA ? "wgmma" : "simt";
+    if (i < 0 || i >= NTEMPLATES) return NULL;
+    if (what) *what = templates[i].what;
+    return templates[i].name;
 }
 static const char *offsets_name(tj_cuda_offsets o) { return o == TJ_CUDA_OFFSETS_UNROLLED ? "unrolled" : "table"; }
 static const char *dtype_json(tj_dtype d) { return d == TJ_F32 ? "f32" : d == TJ_F16 ? "f16" : "bf16"; }
@@ -202,7 +220,8 @@ tj_status tj_cuda_config_from_json(const char *text, tj_cuda_config *c, tj_error
         st = tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cuda config: expected a JSON object");
         goto done;
     }
-    static const char *const templates[] = {"simt", "mma", "wgmma"};
+    const char *tnames[NTEMPLATES];
+    for (int i = 0; i < NTEMPLATES; i++) tnames[i] = templates[i].name;
     static const char *const offsets[] = {"table", "unrolled"};
     static const char *const dtypes[] = {"f32", "f16", "bf16"};
     static const char *const layouts[] = {"fm", "rm", "rm_fm", "fm_rm"};
@@ -210,7 +229,7 @@ tj_status tj_cuda_config_from_json(const char *text, tj_cuda_config *c, tj_error
     json_t *v;
     json_object_foreach(root, key, v) {
         int e = 0;
-        if (strcmp(key, "template") == 0) { if ((st = json_enum(v, key, templates, 3, &e, err))) goto done; c->tmpl = (tj_cuda_template)e; }
+        if (strcmp(key, "template") == 0) { if ((st = json_enum(v, key, tnames, NTEMPLATES, &e, err))) goto done; c->tmpl = (tj_cuda_template)e; }
         else if (strcmp(key, "bm") == 0) st = json_int(v, key, &c->bm, err);
         else if (strcmp(key, "bn") == 0) st = json_int(v, key, &c->bn, err);
         else if (strcmp(key, "bk") == 0) st = json_int(v, key, &c->bk, err);

@@ -101,14 +101,15 @@ typedef struct tj_cuda_config {
 
 /* An arch-specific compile target (sm_90a: the wgmma template) is written sm | this flag, e.g.
  * 90 | TJ_CUDA_SM_ARCH_SPECIFIC; tj_cuda_arch_name() spells it ("sm_90a"). */
-#define TJ_CUDA_SM_ARCH_SPECIFIC 0x10000
+#define TJ_CUDA_SM_ARCH_SPECIFIC TJ_ARCH_SPECIFIC /* tilejit/compile.h: the same flag in the public API */
 static inline const char *tj_cuda_arch_name(int sm, char buf[16])
 {
     snprintf(buf, 16, "sm_%d%s", sm & 0xffff, (sm & TJ_CUDA_SM_ARCH_SPECIFIC) ? "a" : "");
     return buf;
 }
-/* The target a config is compiled for on a device of compute capability `device_sm` (e.g. 90):
- * the wgmma template needs sm_90a; the others the device's own sm_XX. */
+/* The target a config is compiled for on a device of compute capability `device_sm` (e.g. 90;
+ * an arch-specific one, 90 | TJ_CUDA_SM_ARCH_SPECIFIC, stays so): the wgmma template needs
+ * sm_90a; the others the device's own sm_XX. */
 static inline int tj_cuda_target_sm(const tj_cuda_config *c, int device_sm)
 {
     return c->tmpl == TJ_CUDA_TEMPLATE_WGMMA ? device_sm | TJ_CUDA_SM_ARCH_SPECIFIC : device_sm;

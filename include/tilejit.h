@@ -172,9 +172,23 @@ TJ_API tj_status tj_model_layer_info(const tj_model *m, int64_t index, tj_layer_
 /* Seconds spent in tj_model_load preparing layers (code generation and compilation). */
 TJ_API double tj_model_load_seconds(const tj_model *m);
 /* The kernel config (JSON, borrowed from the model) that layer `layer` runs at batch M:
- * TJ_OK with *config set (NULL: the backend's default config), or TJ_ERR_UNSUPPORTED when the
- * model's backend does not pick configs per M (then *config is NULL). */
+ * TJ_OK with *config set (NULL: the backend's default config; {"path":"dense"} where the layer
+ * takes the dense path at M, see tj_model_layer_path), or TJ_ERR_UNSUPPORTED when the model's
+ * backend does not pick configs per M (then *config is NULL). */
 TJ_API tj_status tj_model_layer_config(tj_model *m, int64_t layer, int64_t M, const char **config);
+
+/* The two ways a layer runs (docs/dense-path.md): the backend's kernel generated for the layer's
+ * pattern, or the dense path, a dense library (oneDNN, else OpenBLAS) on the layer's masked
+ * weights, taken per layer and M class where it is faster: by the tuning records, else by a
+ * measured rule of density, M and k. The same semantics either way. */
+typedef enum tj_path { TJ_PATH_KERNEL = 0, TJ_PATH_DENSE = 1 } tj_path;
+/* Which path layer `layer` takes at batch M. library (may be NULL): "kernel", or the dense
+ * library's name ("oneDNN 3.2.0 fp32 matmul (brg:avx512_core)"); why (may be NULL): one line on
+ * what decided (records, rule, forced config). Both borrowed: *library from the model, *why
+ * until the calling thread's next call. Backends without a dense path (reference; CUDA, whose
+ * cuBLAS path is not built yet) always answer TJ_PATH_KERNEL. */
+TJ_API tj_status tj_model_layer_path(const tj_model *m, int64_t layer, int64_t M, tj_path *path,
+                                     const char **library, const char **why);
 
 /* Y = act(X · (W ⊙ mask)ᵀ + bias) for one layer, row-major. x: float32 or float16 [M × K];
  * y: float32 [M × N], written in full. Host tensors on CPU backends; the CUDA backend takes

@@ -29,8 +29,13 @@ int tj_arch_parse(const char *s, int *archs, int max)
     while (*s) {
         int v = 0, used = 0;
         if (sscanf(s, "sm_%d%n", &v, &used) != 1 || v < 50 || v > 200 || n >= max) return -1;
-        archs[n++] = v;
         s += used;
+        if (*s == 'a') { /* arch-specific: sm_90a and later only */
+            if (v < 90) return -1;
+            v |= TJ_ARCH_SPECIFIC;
+            s++;
+        }
+        archs[n++] = v;
         if (*s == ',') s++;
         else if (*s) return -1;
     }
@@ -110,7 +115,8 @@ tj_status tj_compile_pattern(const tj_pattern *p, const tj_compile_options *opt,
         cfgs[nl] = tj_cuda_config_default(l);
         if (o.config_json && (s = tj_cuda_config_from_json(o.config_json, &cfgs[nl], err)) != TJ_OK) goto done;
         for (int a = 0; a < narch; a++) {
-            s = tj_cuda_config_fits_arch(&cfgs[nl], archs[a], tj_cuda_arch_smem_limit(archs[a]), NULL, err);
+            int real = archs[a] & ~TJ_ARCH_SPECIFIC;
+            s = tj_cuda_config_fits_arch(&cfgs[nl], real, tj_cuda_arch_smem_limit(real), NULL, err);
             if (s != TJ_OK) {
                 tj_error_prefix(err, "layer '%s'", l->name);
                 goto done;
@@ -148,7 +154,7 @@ tj_status tj_compile_pattern(const tj_pattern *p, const tj_compile_options *opt,
         k->layer = l->name;
         k->n = l->n;
         k->k = l->k;
-        k->sm = jb->sm & 0xffff; /* the real arch (sm_90a reports as 90) */
+        k->sm = jb->sm; /* the target: sm_90a (the wgmma kernels, or asked for) keeps its flag */
         k->status = jb->status;
         k->error = "";
         k->registers = -1;

@@ -612,4 +612,5 @@ const tj_backend_ops tj_backend_cpu_ops = {
     .linear = cpu_linear,
     .unload = cpu_unload,
     .config_at = cpu_config_at,
+    .release = tj_cpu_context_release,
 };

@@ -83,7 +83,8 @@ void tj_cpu_layer_run(const tj_cpu_layer *cl, tj_pool *pool, int threads, const 
 /* The context's pool, created on first use under c->lock: the kind c->threading resolved to,
  * opt.threads threads (0: all cores for own threads, the host's count for OpenMP). */
 tj_status tj_cpu_context_pool(tj_context *c, tj_pool **out, tj_error *err);
-/* Frees the context's CPU state and the calling thread's scratch; tj_context_destroy calls it. */
+/* Frees the context's CPU state and the calling thread's scratch; tj_context_destroy calls it
+ * (the ops' release). */
 void tj_cpu_context_release(tj_context *c);
 /* The calling thread's scratch for bf16 layers behind the fp32 interface (x rounded to bf16, y
  * widened back): its size in bytes (0: none), and freeing it now (it is also freed at thread

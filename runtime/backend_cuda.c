@@ -770,4 +770,5 @@ const tj_backend_ops tj_backend_cuda_ops = {
     .load = cuda_load,
     .linear = cuda_linear,
     .unload = cuda_unload,
+    .release = tj_cuda_context_release,
 };

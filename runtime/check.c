@@ -53,6 +53,15 @@ tj_status tj_model_dense_weights(tj_model *m, int64_t layer, float *w)
     return TJ_OK;
 }
 
+tj_status tj_model_dense_bias(tj_model *m, int64_t layer, float *bias)
+{
+    TJ_TRY(layer_of(m, layer));
+    if (!bias) return TJ_ERR_INVALID_ARGUMENT;
+    if (!m->lw[layer].bias) return TJ_ERR_NOT_FOUND;
+    tj_convert_to_f32(m->lw[layer].bias, m->lw[layer].bdt, m->pattern->layers[layer].n, bias);
+    return TJ_OK;
+}
+
 int64_t tj_check_rows(int64_t m, uint64_t seed, int64_t rows[64])
 {
     if (m <= 64) {

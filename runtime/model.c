@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "runtime/model.h"
+#include "tuning/tuning.h"
 
 static tj_status bind_weights(tj_model *m, const char *wpath, tj_error *err)
 {
@@ -45,16 +46,52 @@ static tj_status bind_weights(tj_model *m, const char *wpath, tj_error *err)
     return TJ_OK;
 }
 
+/* The dense path (dense_path.c) where the backend has one: host fp32 kernels (the CPU backend). */
+static tj_status prepare_paths(tj_model *m, tj_error *err)
+{
+    if (m->ops->kind != TJ_BACKEND_CPU) return TJ_OK;
+    const tj_pattern *p = m->pattern;
+    int64_t nb;
+    if (!tj_mul_ok(p->nlayers, TJ_PATH_BUCKETS, &nb)) return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "too many layers");
+    /* classes whose kernel computes in bf16: the fp32 rule does not speak for them */
+    unsigned char *bf = calloc((size_t)(nb ? nb : 1), 1);
+    if (!bf) return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory");
+    for (int64_t i = 0; m->ops->config_at && i < p->nlayers; i++) {
+        const char *last = NULL;
+        int last_bf = 0;
+        for (int b = 0; b < TJ_PATH_BUCKETS; b++) { /* classes mostly share a variant: parse each once */
+            const char *cfg = m->ops->config_at(m, i, (int64_t)1 << b);
+            if (b == 0 || cfg != last) last_bf = tj_paths_config_bf16(cfg);
+            last = cfg;
+            bf[i * TJ_PATH_BUCKETS + b] = (unsigned char)last_bf;
+        }
+    }
+    /* the rule's thread count is the context's; a dense call follows the calling thread's OpenMP
+     * count where the context runs on the host's OpenMP runtime (0), else uses the context's */
+    const tj_context *c = m->ctx;
+    int follow = c->threading == TJ_THREADING_OPENMP && c->opt.threads == 0;
+    tj_status s = tj_paths_build(m->ctx, m->ops->name, p, m->lw, tj_context_threads(c), follow ? 0 : tj_context_threads(c),
+                                 bf, &m->paths, err);
+    free(bf);
+    return s;
+}
+
 tj_status tj_model_prepare(tj_model *m, tj_error *err)
 {
     double t0 = tj_now();
     tj_status s = m->ops->load(m, err);
+    if (s == TJ_OK) s = prepare_paths(m, err);
     m->load_seconds = tj_now() - t0;
-    if (s != TJ_OK) {
-        m->ops->unload(m);
-        m->ops = NULL;
-    }
+    if (s != TJ_OK) tj_model_unprepare(m);
     return s;
+}
+
+void tj_model_unprepare(tj_model *m)
+{
+    if (m->ops) m->ops->unload(m);
+    m->ops = NULL;
+    tj_paths_free(m->paths);
+    m->paths = NULL;
 }
 
 tj_status tj_model_load(tj_context *c, const char *pattern_path, const char *weights_path,
@@ -90,7 +127,7 @@ tj_status tj_model_load(tj_context *c, const char *pattern_path, const char *wei
 void tj_model_destroy(tj_model *m)
 {
     if (!m) return;
-    if (m->ops) m->ops->unload(m);
+    tj_model_unprepare(m);
     free(m->lw);
     for (int64_t i = 0; i < m->nowned; i++) free(m->owned[i]);
     free(m->owned);
@@ -138,7 +175,19 @@ tj_status tj_model_layer_config(tj_model *m, int64_t layer, int64_t M, const cha
     if (config) *config = NULL;
     if (!m || !config || layer < 0 || layer >= m->pattern->nlayers) return TJ_ERR_INVALID_ARGUMENT;
     if (!m->ctx->ops->config_at) return TJ_ERR_UNSUPPORTED;
-    *config = m->ctx->ops->config_at(m, layer, M);
+    *config = tj_paths_dense(m->paths, layer, M) ? TJ_TUNE_DENSE_CONFIG : m->ctx->ops->config_at(m, layer, M);
+    return TJ_OK;
+}
+
+tj_status tj_model_layer_path(const tj_model *m, int64_t layer, int64_t M, tj_path *path, const char **library,
+                              const char **why)
+{
+    if (path) *path = TJ_PATH_KERNEL;
+    if (!m || !path || layer < 0 || layer >= m->pattern->nlayers || M < 1) return TJ_ERR_INVALID_ARGUMENT;
+    const tj_dense_layer *d = tj_paths_dense(m->paths, layer, M);
+    *path = d ? TJ_PATH_DENSE : TJ_PATH_KERNEL;
+    if (library) *library = d ? tj_dense_layer_name(d) : "kernel";
+    if (why) *why = m->paths ? tj_paths_why(m->paths, layer, M) : "kernel: this backend has no dense path";
     return TJ_OK;
 }
 
@@ -257,7 +306,8 @@ static tj_status linear_host(tj_model *m, int64_t layer, tj_linear_args *a, tj_e
         }
         a->y32 = ybuf;
     }
-    tj_status s = m->ops->linear(m, layer, a, err);
+    const tj_dense_layer *dense = tj_paths_dense(m->paths, layer, a->m);
+    tj_status s = dense ? tj_dense_layer_run(dense, a->x32, a->y32, a->m, err) : m->ops->linear(m, layer, a, err);
     if (s == TJ_OK && !ydirect) scatter_f32(ybuf, fm, a->m, l->n, a->y);
     free(xbuf);
     free(ybuf);

@@ -2,7 +2,7 @@
  * backend is checked against this, so it stays simple and shares nothing with the fast paths. */
 #include <math.h>
 
-#include "runtime/model.h"
+#include "runtime/reference.h"
 
 float tj_activate(tj_activation a, float v)
 {

@@ -25,26 +25,28 @@ static inline tj_random_spec rel_spec(int i)
     return s;
 }
 
-/* Writes dir/model.json and dir/model.safetensors (layer i: "blk.<i>.fc", dtype i % 3, bias on
- * even i). Returns 1 on success. */
-static inline int rel_write_model(const char *dir, char *pattern_path, char *weights_path, size_t cap)
+/* Writes a random model of n layers to pattern_path and weights_path: layer i is specs[i] named
+ * printf(name_fmt, i), its weights random (also outside the mask) stored as dtypes[i], a random
+ * F32 bias when bias[i]. Returns 1 on success. */
+static inline int rel_write_layers(const char *pattern_path, const char *weights_path, const char *name_fmt,
+                                   const tj_random_spec *specs, const tj_dtype *dtypes, const int *bias, int n)
 {
-    snprintf(pattern_path, cap, "%s/model.json", dir);
-    snprintf(weights_path, cap, "%s/model.safetensors", dir);
-    tj_layer layers[REL_LAYERS];
+    enum { MAXL = 16 };
+    if (n > MAXL) return 0;
+    tj_layer layers[MAXL];
     memset(layers, 0, sizeof layers);
-    tj_st_out_tensor ts[2 * REL_LAYERS];
-    void *bufs[2 * REL_LAYERS] = {0};
-    int64_t shapes[REL_LAYERS][2], bshapes[REL_LAYERS][1];
-    char names[2 * REL_LAYERS][64];
+    tj_st_out_tensor ts[2 * MAXL];
+    void *bufs[2 * MAXL] = {0};
+    int64_t shapes[MAXL][2], bshapes[MAXL][1];
+    char names[2 * MAXL][64];
     int nt = 0, ok = 1;
     tj_error err;
-    for (int i = 0; i < REL_LAYERS && ok; i++) {
-        tj_random_spec s = rel_spec(i);
+    for (int i = 0; i < n && ok; i++) {
+        tj_random_spec s = specs[i];
         char name[32];
-        snprintf(name, sizeof name, "blk.%d.fc", i);
+        snprintf(name, sizeof name, name_fmt, i);
         if (tj_random_layer(&s, name, &layers[i], &err) != TJ_OK) { ok = 0; break; }
-        tj_dtype d = (tj_dtype)(i % 3);
+        tj_dtype d = dtypes[i];
         int64_t nk = s.n * s.k;
         float *w = malloc((size_t)nk * 4);
         void *raw = malloc((size_t)nk * 4);
@@ -58,7 +60,7 @@ static inline int rel_write_model(const char *dir, char *pattern_path, char *wei
         snprintf(names[nt], sizeof names[nt], "%s.weight", name);
         ts[nt] = (tj_st_out_tensor){names[nt], tj_dtype_name(d), 2, shapes[i], raw, (uint64_t)nk * tj_dtype_size(d)};
         nt++;
-        if (i % 2 == 0) {
+        if (bias[i]) {
             float *b = malloc((size_t)s.n * 4);
             tj_test_fill(&r, b, s.n);
             bufs[nt] = b;
@@ -69,13 +71,30 @@ static inline int rel_write_model(const char *dir, char *pattern_path, char *wei
         }
     }
     if (ok) {
-        tj_pattern p = {.nlayers = REL_LAYERS, .layers = layers};
+        tj_pattern p = {.nlayers = n, .layers = layers};
         ok = tj_pattern_save(&p, pattern_path, &err) == TJ_OK && tj_st_write(weights_path, ts, nt, NULL, &err) == TJ_OK;
-        if (!ok) fprintf(stderr, "rel_write_model: %s\n", err.msg);
+        if (!ok) fprintf(stderr, "rel_write_layers: %s\n", err.msg);
     }
-    for (int i = 0; i < REL_LAYERS; i++) tj_layer_free(&layers[i]);
+    for (int i = 0; i < n; i++) tj_layer_free(&layers[i]);
     for (int i = 0; i < nt; i++) free(bufs[i]);
     return ok;
+}
+
+/* Writes dir/model.json and dir/model.safetensors (layer i: "blk.<i>.fc", dtype i % 3, bias on
+ * even i). Returns 1 on success. */
+static inline int rel_write_model(const char *dir, char *pattern_path, char *weights_path, size_t cap)
+{
+    snprintf(pattern_path, cap, "%s/model.json", dir);
+    snprintf(weights_path, cap, "%s/model.safetensors", dir);
+    tj_random_spec specs[REL_LAYERS];
+    tj_dtype dtypes[REL_LAYERS];
+    int bias[REL_LAYERS];
+    for (int i = 0; i < REL_LAYERS; i++) {
+        specs[i] = rel_spec(i);
+        dtypes[i] = (tj_dtype)(i % 3);
+        bias[i] = i % 2 == 0;
+    }
+    return rel_write_layers(pattern_path, weights_path, "blk.%d.fc", specs, dtypes, bias, REL_LAYERS);
 }
 
 /* The backend under test: $TJ_TEST_BACKEND (reference, cpu, cuda, auto); reference by default. */

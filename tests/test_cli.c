@@ -207,6 +207,13 @@ static void test_run_matches_float64(void)
                            "--input", path("x.npy"), "--output", path("y.npy"), "--backend", "reference", NULL};
         int rc = run(a);
         CHECKF(rc == 0, "variant %d: exit %d: %s", v, rc, err_text);
+        if (v == 0) { /* -v names the path the layer took at this M (docs/dense-path.md) */
+            const char *av[] = {"run", path("m.json"), "--weights", path("m.safetensors"), "--layer", "blk.0.fc",
+                                "--input", path("x.npy"), "--output", path("y.npy"), "-v", NULL};
+            CHECKF(run(av) == 0 && strstr(err_text, "tilejit run: path ") &&
+                       (strstr(err_text, "path kernel") || strstr(err_text, "path dense (")),
+                   "run -v: %s", err_text);
+        }
         tj_npy y = {0};
         if (rc == 0 && tj_npy_read(path("y.npy"), &y, &err) == TJ_OK) {
             CHECK(y.dtype == TJ_F32 && y.rows == m && y.cols == fx.l.n);

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "tj_test.h"
+#include "tilejit.h"
 
 static const char *tilejit;
 static char tmp[256], out_text[1 << 16], err_text[1 << 16];
@@ -114,6 +115,11 @@ int main(void)
     CHECKF(strstr(out_text, " hit ") && strstr(out_text, "2 cache hits, 0 compiled, 0 spill bytes, 0 failed"),
            "warm output:\n%s", out_text);
 
+    /* the arch-specific target of the wgmma kernels is accepted and named so */
+    const char *c2[] = {"compile", pattern, "--arch", "sm_90a", NULL};
+    CHECKF(run_env(cache_env, c2) == 0 && strstr(out_text, " sm_90a ") && strstr(out_text, "0 failed"), "sm_90a: %s%s",
+           out_text, err_text);
+
     /* Bad input: exit 1, one line. */
     EXPECT_FAIL("--target cuda|cpu is required", "gen", pattern, "--layer", "tiny");
     EXPECT_FAIL("no layer named 'nope'", "gen", pattern, "--layer", "nope", "--target", "cuda");
@@ -123,12 +129,22 @@ int main(void)
                 "--config", "/nonexistent.json");
     EXPECT_FAIL("is not cuda or cpu", "gen", pattern, "--layer", "tiny", "--target", "tpu");
     EXPECT_FAIL("--arch", "compile", pattern, "--arch", "volta");
+    EXPECT_FAIL("--arch", "compile", pattern, "--arch", "sm_86a");
     EXPECT_FAIL("no layer named", "compile", pattern, "--layer", "nope");
     EXPECT_FAIL("No such file", "compile", "/nonexistent.pattern.json");
     const char *h[] = {"compile", "--help", NULL};
     CHECK(run_env(NULL, h) == 0 && strstr(out_text, "usage: tilejit compile"));
     const char *h2[] = {"gen", "--help", NULL};
     CHECK(run_env(NULL, h2) == 0 && strstr(out_text, "usage: tilejit gen"));
+    /* every template of the emitter's table, wgmma included, with its line */
+    const char *tname, *twhat;
+    int ntemplates = 0;
+    for (int i = 0; (tname = tj_gen_cuda_template(i, &twhat)) != NULL; i++, ntemplates++) {
+        char want[64];
+        snprintf(want, sizeof want, "\n  %-8s ", tname);
+        CHECKF(strstr(out_text, want) && strstr(out_text, twhat), "gen --help lacks template %s:\n%s", tname, out_text);
+    }
+    CHECK(ntemplates == 3 && strcmp(tj_gen_cuda_template(2, NULL), "wgmma") == 0);
 
     char cmd[700];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);

@@ -96,6 +96,38 @@ static void test_compile_rejects(void)
     tj_layer_free(&l);
 }
 
+/* --arch sm_90a (issue 25): the arch-specific target parses, and a pattern compiles for it with the
+ * default config and with the wgmma config (whose kernels need it); sm_80a is no target. */
+static void test_arch_specific(void)
+{
+    int archs[4];
+    CHECK(tj_arch_parse("sm_90a", archs, 4) == 1 && archs[0] == (90 | TJ_ARCH_SPECIFIC));
+    CHECK(tj_arch_parse("sm_80,sm_90a,sm_90", archs, 4) == 3 && archs[0] == 80 && archs[1] == (90 | TJ_ARCH_SPECIFIC) &&
+          archs[2] == 90);
+    static const char *bad[] = {"sm_80a", "sm_90b", "sm_90aa", "sm_a", "sm_90 a"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) CHECKF(tj_arch_parse(bad[i], archs, 4) == -1, "'%s'", bad[i]);
+    if (!tj_backend_built(TJ_BACKEND_CUDA)) return; /* compiling needs NVRTC */
+    tj_random_spec spec = {.n = 128, .k = 96, .g = 64, .sparsity = 0.5, .mode = 1, .seed = 4};
+    tj_layer l;
+    tj_error err;
+    CHECK_OK(tj_random_layer(&spec, "fc", &l, &err), &err);
+    tj_pattern p = {1, &l};
+    static const char *configs[] = {NULL, "{\"template\":\"wgmma\",\"bm\":128,\"bn\":64,\"bk\":64,\"warps\":4,\"stages\":4}"};
+    for (int i = 0; i < 2; i++) {
+        int a = 90 | TJ_ARCH_SPECIFIC;
+        tj_compile_options o = tj_compile_options_default();
+        o.archs = &a;
+        o.narchs = 1;
+        o.config_json = configs[i];
+        tj_compile_report *r = NULL;
+        tj_status s = tj_compile_pattern(&p, &o, &r, &err);
+        CHECKF(s == TJ_OK && r && r->count == 1 && r->kernels[0].sm == (90 | TJ_ARCH_SPECIFIC) && r->kernels[0].status == TJ_OK,
+               "sm_90a, config %s: %s", configs[i] ? configs[i] : "default", err.msg);
+        tj_compile_report_destroy(r);
+    }
+    tj_layer_free(&l);
+}
+
 static void test_grid(void)
 {
     tj_cuda_grid_mode g = tj_cuda_grid_mode_parse(NULL);
@@ -134,6 +166,7 @@ int main(void)
 {
     test_fits();
     test_compile_rejects();
+    test_arch_specific();
     test_grid();
     return tj_test_end();
 }

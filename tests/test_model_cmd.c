@@ -131,17 +131,22 @@ static void expect_table(const char *backend)
         const char *row = strstr(out_text, names[i]);
         CHECKF(row != NULL, "no row for %s: %s", names[i], out_text);
         if (!row) continue;
-        char name[64];
+        char name[64], pathw[16];
         long long n, k;
         double dens, err;
-        CHECKF(sscanf(row, "%63s %lld %lld %lf %lf", name, &n, &k, &dens, &err) == 5, "row: %.120s", row);
+        CHECKF(sscanf(row, "%63s %lld %lld %lf %lf %15s", name, &n, &k, &dens, &err, pathw) == 6, "row: %.120s", row);
         CHECKF(err <= 2e-3 && dens > 0 && dens < 1, "%s: err %g density %g", name, err, dens);
+        /* the path column: the reference backend has no dense path */
+        CHECKF(strcmp(pathw, "kernel") == 0 || (strcmp(backend, "reference") != 0 &&
+                                                (strcmp(pathw, "onednn") == 0 || strcmp(pathw, "openblas") == 0)),
+               "backend %s: %s: path '%s'", backend, name, pathw);
     }
+    CHECKF(strstr(out_text, "\npaths at M = 7: ") != NULL, "%s", out_text);
     CHECK(strstr(out_text, "\ntotal ") != NULL);
 #if TJ_HAVE_LLVM
     /* the dense baselines were timed on every layer: the faster library wins each of the 3, and
      * every row and the total have a speedup */
-    const char *db = strstr(out_text, "dense baseline: fastest fp32 per layer of ");
+    const char *db = strstr(out_text, "dense baseline: the whole layer (bias, activation), fastest fp32 of ");
     int wins = 0;
     for (const char *p = db; p && *p && *p != '\n'; p++) {
         int w;

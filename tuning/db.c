@@ -16,12 +16,14 @@ typedef struct entry {
     double *oks;            /* every ok record's median */
     int64_t n_ok, n_fail;
     int wrong;              /* any wrong_result: never chosen */
+    int dense;              /* the dense path's config (TJ_TUNE_DENSE_CONFIG) */
     tj_tune_status fail_status;
 } entry;
 
 /* One candidate of the lookup index: an eligible entry seen under one match kind. */
 typedef struct group {
     int kind;               /* tj_tune_match */
+    int dense;              /* the dense path's records form their own groups */
     const char *backend;
     const char *scope;      /* device name or arch */
     uint64_t key;           /* pattern hash or shape key */
@@ -135,6 +137,7 @@ tj_status tj_tune_db_add(tj_tune_db *db, const tj_tune_record *r, tj_error *err)
         e->target = r->target;
         e->wl = r->wl;
         e->best = e->first = INFINITY;
+        e->dense = strcmp(e->config, TJ_TUNE_DENSE_CONFIG) == 0; /* records hold canonical text */
         *slot = db->n++;
     }
     if (r->status == TJ_TUNE_OK) {
@@ -230,6 +233,7 @@ static int group_key_cmp(const group *a, const group *b)
 {
     int c;
     if (a->kind != b->kind) return a->kind < b->kind ? -1 : 1;
+    if (a->dense != b->dense) return a->dense < b->dense ? -1 : 1;
     if ((c = strcmp(a->backend, b->backend))) return c;
     if ((c = strcmp(a->scope, b->scope))) return c;
     return cmp_u64(a->key, b->key);
@@ -261,6 +265,7 @@ static tj_status build_index(tj_tune_db *db, tj_error *err)
         for (int kind = 0; kind < 4; kind++) {
             group *g = &all[na++];
             g->kind = kind;
+            g->dense = e->dense;
             g->backend = e->target.backend;
             g->scope = kind < 2 ? e->target.device : e->target.arch;
             g->key = kind % 2 == 0 ? e->wl.pattern_hash : shape_key(e->wl.n, e->wl.k, e->wl.g, e->wl.kept);
@@ -280,8 +285,8 @@ static tj_status build_index(tj_tune_db *db, tj_error *err)
     return TJ_OK;
 }
 
-tj_status tj_tune_db_best(tj_tune_db *db, const char *backend, const char *device, const char *arch,
-                          const tj_layer *l, int64_t m, tj_tune_choice *out)
+static tj_status best_of(tj_tune_db *db, int dense, const char *backend, const char *device, const char *arch,
+                         const tj_layer *l, int64_t m, tj_tune_choice *out)
 {
     tj_error err;
     memset(out, 0, sizeof *out);
@@ -291,7 +296,7 @@ tj_status tj_tune_db_best(tj_tune_db *db, const char *backend, const char *devic
     for (int kind = 0; kind < 4; kind++) {
         const char *scope = kind < 2 ? device : arch;
         if (!scope || !*scope) continue;
-        group probe = {.kind = kind, .backend = backend, .scope = scope,
+        group probe = {.kind = kind, .dense = dense, .backend = backend, .scope = scope,
                        .key = kind % 2 == 0 ? l->hash : shape_key(l->n, l->k, l->g, tj_layer_kept(l))};
         int64_t lo = 0, hi = db->ng; /* first group with key >= probe */
         while (lo < hi) {
@@ -315,6 +320,33 @@ tj_status tj_tune_db_best(tj_tune_db *db, const char *backend, const char *devic
         }
     }
     return TJ_ERR_NOT_FOUND;
+}
+
+tj_status tj_tune_db_best(tj_tune_db *db, const char *backend, const char *device, const char *arch,
+                          const tj_layer *l, int64_t m, tj_tune_choice *out)
+{
+    return best_of(db, 0, backend, device, arch, l, m, out);
+}
+
+tj_status tj_tune_db_best_dense(tj_tune_db *db, const char *backend, const char *device, const char *arch,
+                                const tj_layer *l, int64_t m, tj_tune_choice *out)
+{
+    return best_of(db, 1, backend, device, arch, l, m, out);
+}
+
+int tj_tune_db_path(tj_tune_db *db, const char *backend, const char *device, const char *arch, const tj_layer *l,
+                    int64_t m, char *why, size_t cap)
+{
+    tj_tune_choice kern, dense;
+    if (why && cap) why[0] = '\0';
+    if (best_of(db, 1, backend, device, arch, l, m, &dense) != TJ_OK ||
+        best_of(db, 0, backend, device, arch, l, m, &kern) != TJ_OK)
+        return -1; /* the tuner measures both; one alone decides nothing */
+    double cd = dense.median / (double)dense.m_tuned, ck = kern.median / (double)kern.m_tuned;
+    if (why)
+        snprintf(why, cap, "tuning records: dense path %.4f ms at M %lld, best kernel %s %.4f ms at M %lld",
+                 1e3 * dense.median, (long long)dense.m_tuned, kern.config, 1e3 * kern.median, (long long)kern.m_tuned);
+    return cd < ck;
 }
 
 /* --- per-group report ------------------------------------------------------------------ */
@@ -370,17 +402,30 @@ tj_status tj_tune_db_each_best(tj_tune_db *db, tj_tune_best_fn fn, void *user, t
     return TJ_OK;
 }
 
+/* The db of the log at *path (NULL or "": $TILEJIT_TUNING_LOG, then *path is it); *db NULL when
+ * there is no log to read. */
+static tj_status log_db(const char **path, tj_tune_db **db, tj_error *err)
+{
+    *db = NULL;
+    if (!*path || !**path) *path = getenv("TILEJIT_TUNING_LOG");
+    if (!*path || !**path) return TJ_OK;
+    TJ_TRY(tj_tune_db_create(db, err));
+    tj_status s = tj_tune_db_load(*db, *path, 0, err);
+    if (s != TJ_OK) {
+        tj_tune_db_destroy(*db);
+        *db = NULL;
+    }
+    return s;
+}
+
 tj_status tj_tune_config_from_log(const char *path, const char *backend, const tj_layer *l, int64_t m,
                                   char **config, char *note, size_t note_cap, tj_error *err)
 {
     *config = NULL;
     if (note && note_cap) note[0] = '\0';
-    if (!path || !*path) path = getenv("TILEJIT_TUNING_LOG");
-    if (!path || !*path) return TJ_OK;
     tj_tune_db *db = NULL;
-    TJ_TRY(tj_tune_db_create(&db, err));
-    tj_status s = tj_tune_db_load(db, path, 0, err);
-    if (s == TJ_OK) {
+    tj_status s = log_db(&path, &db, err);
+    if (s == TJ_OK && db) {
         tj_tune_target host;
         tj_tune_host_target(&host);
         tj_tune_choice ch;
@@ -394,6 +439,22 @@ tj_status tj_tune_config_from_log(const char *path, const char *backend, const t
             snprintf(note, note_cap, "tuning: layer '%s' (M %lld): no record in %s for %s on %s / %s; built-in default",
                      l->name, (long long)m, path, backend, host.device, host.arch);
         }
+    }
+    tj_tune_db_destroy(db);
+    return s;
+}
+
+tj_status tj_tune_path_from_log(const char *path, const char *backend, const tj_layer *l, int64_t m, int *dense,
+                                char *why, size_t cap, tj_error *err)
+{
+    *dense = -1;
+    if (why && cap) why[0] = '\0';
+    tj_tune_db *db = NULL;
+    tj_status s = log_db(&path, &db, err);
+    if (s == TJ_OK && db) {
+        tj_tune_target host;
+        tj_tune_host_target(&host);
+        *dense = tj_tune_db_path(db, backend, host.device, host.arch, l, m, why, cap);
     }
     tj_tune_db_destroy(db);
     return s;

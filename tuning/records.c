@@ -53,6 +53,16 @@ void tj_tune_record_free(tj_tune_record *r)
     r->ntimes = 0;
 }
 
+int tj_tune_config_is_dense(const char *config)
+{
+    if (!config) return 0;
+    json_t *v = json_loads(config, 0, NULL);
+    const json_t *p = json_is_object(v) && json_object_size(v) == 1 ? json_object_get(v, "path") : NULL;
+    int dense = p && json_is_string(p) && strcmp(json_string_value(p), "dense") == 0;
+    json_decref(v);
+    return dense;
+}
+
 tj_status tj_tune_config_canonical(const char *json, char **out, tj_error *err)
 {
     json_error_t je;

@@ -26,6 +26,12 @@ int tj_tune_status_parse(const char *s, tj_tune_status *out); /* 1 on success */
 
 
 void tj_tune_record_free(tj_tune_record *r);
+/* The dense path's config: a record with it measured the layer on a dense library over its masked
+ * weights (runtime/dense_path.c) instead of a generated kernel. Canonical text. A backend never
+ * builds it: the runtime compares its records with the best kernel config's (docs/dense-path.md). */
+#define TJ_TUNE_DENSE_CONFIG "{\"path\":\"dense\"}"
+/* 1 when config (any JSON text) is the dense path's. */
+int tj_tune_config_is_dense(const char *config);
 /* Canonical JSON of a config text: compact with sorted keys; malloc'ed in *out. */
 tj_status tj_tune_config_canonical(const char *json, char **out, tj_error *err);
 /* One record as one JSON line (no newline), malloc'ed in *out. */
@@ -107,10 +113,20 @@ typedef struct tj_tune_choice {
 } tj_tune_choice;
 
 const char *tj_tune_match_name(tj_tune_match m);
-/* Best config for layer l at batch m (m <= 0: the largest tuned M) on backend/device/arch.
- * TJ_ERR_NOT_FOUND (err untouched) when no record applies. O(log groups). */
+/* Best kernel config for layer l at batch m (m <= 0: the largest tuned M) on backend/device/arch:
+ * the dense path's records never answer it. TJ_ERR_NOT_FOUND (err untouched) when no record
+ * applies. O(log groups). */
 tj_status tj_tune_db_best(tj_tune_db *db, const char *backend, const char *device, const char *arch,
                           const tj_layer *l, int64_t m, tj_tune_choice *out);
+/* The same lookup among the dense path's records (config TJ_TUNE_DENSE_CONFIG). */
+tj_status tj_tune_db_best_dense(tj_tune_db *db, const char *backend, const char *device, const char *arch,
+                                const tj_layer *l, int64_t m, tj_tune_choice *out);
+/* Whether layer l runs faster at batch m on the dense path than with its best kernel config, as
+ * the records say: 1 yes, 0 no, -1 no say (not both a dense and a kernel record apply). Each
+ * side's cost per token at its nearest tuned M, as the best-config choice compares configs.
+ * `why` (may be NULL) gets one line naming both records. */
+int tj_tune_db_path(tj_tune_db *db, const char *backend, const char *device, const char *arch, const tj_layer *l,
+                    int64_t m, char *why, size_t cap);
 
 /* For tools that build kernels without a context (tilejit bench): the best config of layer l at
  * batch m on this host's backend from the log at path (NULL or "": $TILEJIT_TUNING_LOG; neither:
@@ -118,6 +134,12 @@ tj_status tj_tune_db_best(tj_tune_db *db, const char *backend, const char *devic
  * note (may be NULL) gets one line saying what was chosen and why. */
 tj_status tj_tune_config_from_log(const char *path, const char *backend, const tj_layer *l, int64_t m,
                                   char **config, char *note, size_t note_cap, tj_error *err);
+
+/* The same question for tools without a context (tilejit bench), into *dense (1, 0 or -1), from
+ * the log at path (NULL or "": $TILEJIT_TUNING_LOG; neither: *dense = -1) on this host. Fails
+ * only when the log cannot be read. */
+tj_status tj_tune_path_from_log(const char *path, const char *backend, const tj_layer *l, int64_t m, int *dense,
+                                char *why, size_t cap, tj_error *err);
 
 /* Every (backend, device, workload, M bucket) group's best, in a stable order, for
  * `tilejit tune --best`. Calls fn until it returns nonzero. */

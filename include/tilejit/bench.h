@@ -34,6 +34,8 @@ TJ_API tj_status tj_model_reference(tj_model *m, int64_t layer, const float *x, 
 /* The layer's weights as stored in the file (unmasked), converted to fp32 row-major [n × k]:
  * what a dense baseline multiplies by. */
 TJ_API tj_status tj_model_dense_weights(tj_model *m, int64_t layer, float *w);
+/* The layer's bias as fp32 [n]: TJ_OK, or TJ_ERR_NOT_FOUND when it has none (bias untouched). */
+TJ_API tj_status tj_model_dense_bias(tj_model *m, int64_t layer, float *bias);
 /* The rows a check samples from a batch of m: all of them up to 64, else the first and last 8
  * and 16 in between drawn from seed. Writes at most 64 indices; returns the count. */
 TJ_API int64_t tj_check_rows(int64_t m, uint64_t seed, int64_t rows[64]);
@@ -98,8 +100,9 @@ TJ_API int tj_bench_cpu_main(int argc, char **argv, FILE *out, FILE *errs);
 /* Dense CPU baselines for `tilejit bench` and `tilejit model` (bench/dense_cpu.c): oneDNN matmul
  * (fp32 and bf16, libdnnl.so.3 opened with dlopen at run time, so neither the build nor the
  * library needs it), OpenBLAS sgemm/sgemv (linked when the build found it, with the core kernel
- * it picked), and a measured FMA peak of the host so a weak baseline shows. Benchmark code only:
- * never used to compute a model's output. */
+ * it picked), and a measured FMA peak of the host so a weak baseline shows. The libraries are
+ * called through the same code as the runtime's dense path (docs/dense-path.md); these objects
+ * are the benchmarks' own (x and y bound once, nothing allocated per call). */
 typedef enum tj_dense_kind {
     TJ_DENSE_ONEDNN_F32 = 0, /* oneDNN matmul, fp32, weights reordered once to its preferred layout */
     TJ_DENSE_ONEDNN_BF16,    /* oneDNN matmul, bf16 X and W, fp32 Y (X and W converted once) */
@@ -116,6 +119,12 @@ typedef struct tj_dense tj_dense;
  * baseline that slow would flatter tilejit, so it is not offered. */
 TJ_API tj_status tj_dense_create(tj_dense_kind kind, const float *x, const float *w, float *y, int64_t m, int64_t n,
                                  int64_t k, int threads, tj_dense **out, tj_error *err);
+/* The same problem with a layer's epilogue, Y = act(X · Wᵀ + bias): bias fp32 [n] (NULL: none;
+ * borrowed like x, w and y), act the pattern's activation. oneDNN fuses both into the matmul (post-ops); OpenBLAS
+ * adds them in a pass after the sgemm. `tilejit model` compares each layer with this. */
+TJ_API tj_status tj_dense_create_layer(tj_dense_kind kind, const float *x, const float *w, const float *bias,
+                                       tj_activation act, float *y, int64_t m, int64_t n, int64_t k, int threads,
+                                       tj_dense **out, tj_error *err);
 /* One call. Returns 0, or -1 if the library reported a failure. */
 TJ_API int tj_dense_run(tj_dense *d);
 /* "oneDNN 3.2.0 fp32 (brg:avx2)", "OpenBLAS 0.3.21 sgemm (core Haswell)": borrowed. */

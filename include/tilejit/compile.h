@@ -31,11 +31,15 @@ typedef enum tj_cache_use {
     TJ_CACHE_USE_OFF          /* no usable cache directory */
 } tj_cache_use;
 
+/* An arch-specific target: sm_90a is 90 | TJ_ARCH_SPECIFIC. Code built for it uses features of
+ * that exact arch (wgmma on 9.0) and runs only there. */
+#define TJ_ARCH_SPECIFIC 0x10000
+
 /* One (layer, arch) kernel module. */
 typedef struct tj_compiled {
     const char *layer;        /* borrowed from the pattern */
     int64_t n, k;
-    int sm;
+    int sm;                   /* the target compiled for: 90, or 90 | TJ_ARCH_SPECIFIC (sm_90a) */
     tj_status status;         /* TJ_OK, or why it failed (message in error) */
     const char *error;        /* NVRTC's log on failure; "" otherwise */
     double seconds;           /* compile (or cache lookup) wall time */
@@ -61,8 +65,10 @@ typedef struct tj_compile_report {
 TJ_API tj_status tj_compile_pattern(const tj_pattern *p, const tj_compile_options *o, tj_compile_report **out,
                                     tj_error *err);
 TJ_API void tj_compile_report_destroy(tj_compile_report *r);
-/* Parses "sm_90" or a comma-separated list "sm_80,sm_90" into archs (at most max); returns the
- * count, or -1 when the text is not such a list. */
+/* Parses "sm_90" or a comma-separated list "sm_80,sm_90a" into archs (at most max); returns the
+ * count, or -1 when the text is not such a list. An "a" suffix (sm_90 and later) is the
+ * arch-specific target, TJ_ARCH_SPECIFIC set: the target the wgmma kernels need; the other
+ * kernels compile for it too. Without it, a wgmma config still compiles for sm_90a. */
 TJ_API int tj_arch_parse(const char *text, int *archs, int max);
 /* The kernel cache directory used when none is given: $TILEJIT_CACHE_DIR, else
  * $XDG_CACHE_HOME/tilejit, else ~/.cache/tilejit; NULL when none can be named. malloc'ed. */

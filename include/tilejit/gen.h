@@ -16,12 +16,15 @@ typedef enum tj_target {
 
 /* The source of layer l for target under config_json (a config object as JSON text; keys not
  * given keep the layer's defaults; NULL: all defaults). *out is malloc'ed. CUDA keys: template
- * ("mma"|"simt"), bm, bn, bk, warps, stages, offsets ("table"|"unrolled"), dtype ("f16"|"bf16"),
+ * (tj_gen_cuda_template: "simt"|"mma"|"wgmma"), bm, bn, bk, warps, stages, offsets ("table"|"unrolled"), dtype ("f16"|"bf16"),
  * out ("f32"|"f16"|"bf16"), layout ("fm"|"rm"|"rm_fm"|"fm_rm"). CPU keys: mr, nr, offsets,
  * unroll, mb, kc, pack, order (docs/kernels.md), serial, weights, dtype ("f32"|"bf16"), out,
  * dot ("auto"|"fma"|"dpbf16") (docs/cpu-baselines-cache-dispatch.md). */
 TJ_API tj_status tj_gen_source(const tj_layer *l, tj_target target, const char *config_json, char **out,
                                tj_error *err);
+/* The CUDA templates, i = 0, 1, ...: the name a config's "template" takes, and (what, may be
+ * NULL) one line on what it is and which archs it needs; NULL past the last. Borrowed, static. */
+TJ_API const char *tj_gen_cuda_template(int i, const char **what);
 /* The canonical JSON of the config tj_gen_source would use for l under config_json (defaults
  * filled in), malloc'ed in *out. */
 TJ_API tj_status tj_gen_config(const tj_layer *l, tj_target target, const char *config_json, char **out,

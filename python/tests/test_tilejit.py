@@ -168,6 +168,15 @@ class Binding(unittest.TestCase):
         self.assertIn(m.backend, ("reference", "cpu", "cuda"))
         self.assertGreaterEqual(m.load_seconds, 0)
         self.assertTrue(tilejit.version())
+        # the path of each layer per M: the kernel, or the dense path where it is faster
+        for name in ("enc.q", "enc.ffn_in"):
+            for rows in (1, 128):
+                path, lib, why = m.layer_path(name, rows)
+                self.assertIn(path, ("kernel", "dense"))
+                self.assertTrue(why)
+                self.assertEqual(lib == "kernel", path == "kernel")
+        with self.assertRaises(tilejit.TilejitError):
+            m.layer_path("enc.q", 0)
 
     def test_numpy_all_layers(self):
         rng = np.random.default_rng(1)

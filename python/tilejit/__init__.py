@@ -427,6 +427,18 @@ class Model:
     def layer(self, key):
         return self._layers[self._resolve(key)]
 
+    def layer_path(self, layer, m):
+        """Which way layer (name or index) runs at batch size m, as (path, library, why): path
+        "kernel" (the generated kernel) or "dense" (a dense library on the masked weights, where it
+        is faster: docs/dense-path.md); library names it; why says what decided."""
+        if not hasattr(self._lib, "tj_model_layer_path"):
+            raise TilejitError(6, "this libtilejit has no tj_model_layer_path (older than issue 25)")
+        c = ctypes
+        path, lib, why = c.c_int(0), c.c_char_p(), c.c_char_p()
+        self._check(self._lib.tj_model_layer_path(self._model, self._resolve(layer), int(m), c.byref(path),
+                                                  c.byref(lib), c.byref(why)))
+        return ("dense" if path.value == 1 else "kernel", lib.value.decode(), why.value.decode())
+
     def __len__(self):
         return len(self._layers)
 

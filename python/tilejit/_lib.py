@@ -262,6 +262,9 @@ def _declare(lib):
                                         P(Error)]),
         "tj_pattern_to_json": (c.c_void_p, [c.c_void_p]),
         "tj_pattern_destroy": (None, [c.c_void_p]),
+        # tilejit.h: the path a layer takes per M (the kernel or the dense path)
+        "tj_model_layer_path": (c.c_int, [c.c_void_p, c.c_int64, c.c_int64, P(c.c_int), P(c.c_char_p),
+                                          P(c.c_char_p)]),
     }
     for name, sig in optional.items():
         if hasattr(lib, name):
