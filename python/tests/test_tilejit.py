@@ -493,46 +493,5 @@ class Masks(unittest.TestCase):
                 self.assertAlmostEqual(kept, 0.4, delta=0.02, msg=mode)
 
 
-@unittest.skipUnless(os.environ.get("TJ_TILEJIT"), "TJ_TILEJIT (the tilejit command) not set")
-class QualityScript(unittest.TestCase):
-    """scripts/quality's pruning step without torch: one `tilejit prune` per layer (per-layer
-    scope) selects exactly that layer (tilejit.calibrate.layer_regex), masks from tilejit.masks."""
-
-    def test_tw_prune(self):
-        import importlib.machinery
-        import importlib.util
-        from tilejit import masks
-        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "quality")
-        saved = sys.modules.get("torch", False)
-        sys.modules["torch"] = None  # any `import torch` below fails
-        try:
-            loader = importlib.machinery.SourceFileLoader("tj_quality", path)
-            quality = importlib.util.module_from_spec(importlib.util.spec_from_loader("tj_quality", loader))
-            loader.exec_module(quality)
-            self.assertIs(quality.pattern_masks, masks.pattern_masks)
-            rng = np.random.default_rng(7)
-            # names one regex could confuse: a suffix of another, and "." matching any character
-            names = ["enc.output.dense", "enc.attention.output.dense", "blk.a", "blkxa"]
-            with tempfile.TemporaryDirectory() as tmp:
-                w = os.path.join(tmp, "w.safetensors")
-                safetensors.save(w, {n + ".weight": rng.standard_normal((64, 32)).astype(np.float32) for n in names})
-                got, paths = quality.tw_prune(os.environ["TJ_TILEJIT"], w, names, 0.5, "tw1", "per-layer", "0.01",
-                                              os.path.join(tmp, "q.json"))
-                self.assertEqual(len(paths), len(names))
-                for name, pth in zip(names, paths):
-                    with open(pth) as f:
-                        self.assertEqual([l["name"] for l in json.load(f)["layers"]], [name])
-                    self.assertEqual(got[name].mean(), 0.5, name)  # one tile of 64, 16 of 32 rows kept
-                got, paths = quality.tw_prune(os.environ["TJ_TILEJIT"], w, names, 0.5, "tw1", "global", "0.01",
-                                              os.path.join(tmp, "g.json"))
-                self.assertEqual((sorted(got), len(paths)), (sorted(names), 1))
-                self.assertEqual(sum(int(m.sum()) for m in got.values()), len(names) * 64 * 16)
-        finally:
-            if saved is False:
-                del sys.modules["torch"]
-            else:
-                sys.modules["torch"] = saved
-
-
 if __name__ == "__main__":
     unittest.main(verbosity=2)

@@ -105,9 +105,10 @@ class TorchOp(unittest.TestCase):
                 self.tw(torch.randn(3, 161))
             with self.assertRaises(ValueError):
                 self.tw(torch.randn(3, 160), out=torch.empty(3, 299))
-        x = torch.randn(2, 160, requires_grad=True)  # inference only: autograd says so
-        with self.assertRaises(RuntimeError):
-            self.tw(x).sum().backward()
+        x = torch.randn(2, 160, requires_grad=True)  # autograd: x's gradient through the tile-wise product
+        self.tw(x).sum().backward()
+        self.assertEqual(tuple(x.grad.shape), (2, 160))
+        self.assertTrue(torch.allclose(x.grad, self.tw.masked_weight().sum(0).expand(2, 160), rtol=1e-4, atol=1e-4))
 
     def test_freed_layer(self):
         import gc
