@@ -182,32 +182,16 @@ def run(a):
                     num_samples=n_cal, max_seq_len=max_len, allocation=a.allocation, sequential=a.sequential,
                     target=a.target, residual=a.residual, norm_refit=a.norm_refit, profile_samples=n_prof,
                     steps=a.steps, measure=measure, latency_m=a.latency, threads=a.threads, damp=a.damp, ew=a.ew,
-                    tilejit=a.tilejit, progress=log, recover="block" if a.recover != "none" else None,
-                    recover_steps=a.recover_steps, recover_lr=a.recover_lr)
+                    tilejit=a.tilejit, progress=log)
     log(str(rep))
-    ft = None
-    if a.recover == "finetune":
-        teacher, _, _ = load_model(a.model, a.gguf_file, a.dtype)
-        ft = tjt.finetune(model, teacher, cal_batches, steps=a.finetune_steps, lr=a.finetune_lr,
-                          loss=a.finetune_loss, num_samples=n_cal, progress=log)
-        del teacher
-    tjt.save_pruned(model, a.out, tokenizer=tok)
-    with open(os.path.join(a.out, "report.json"), "w") as f:
-        json.dump(rep.to_dict(), f, indent=1)
-    if rep.profile is not None:
-        with open(os.path.join(a.out, "profile.json"), "w") as f:
-            json.dump(rep.profile, f, indent=1)
     summary = {"model": os.path.basename(os.path.abspath(a.model).rstrip("/")), "kind": "causal LM" if causal else "encoder",
                "mode": a.mode, "g": a.g, "allocation": a.allocation, "sparsity": a.sparsity,
                "budget_ms": a.budget_ms, "density": rep.density, "calibration": source,
                "calibration_samples": rep.samples, "calibration_tokens": rep.tokens,
-               "seconds": rep.seconds, "peak_rss_gb": rep.peak_rss_gb, "recover": a.recover}
-    if rep.recovery:
-        summary["block_recovery"] = {"steps": sum(r["steps"] for r in rep.recovery),
-                                     "seconds": round(sum(r["seconds"] for r in rep.recovery), 1)}
-    if ft is not None:
-        summary["finetune"] = ft
-    if a.evaluate:
+               "seconds": dict(rep.seconds), "recover": a.recover}
+
+    def evaluate(stage):
+        """The pruned model's quality now (after `stage`), against the dense model's."""
         t = time.perf_counter()
         if causal:
             quality["perplexity"] = data.perplexity(model, ev_batches)
@@ -215,15 +199,47 @@ def run(a):
             quality["answer"] = data.greedy(model, tok, a.prompt)
             quality["prompt"] = a.prompt
             quality["evaluation_tokens"] = sum(int(b["input_ids"].numel()) for b in ev_batches)
-            log("calibrate: perplexity %.3f (dense %.3f, ratio %.3f) on %d held-out tokens; %r → %r (dense %r)"
-                % (quality["perplexity"], quality["perplexity_dense"], quality["perplexity_ratio"],
-                   quality["evaluation_tokens"], a.prompt, quality["answer"], quality["answer_dense"]))
+            log("calibrate: after %s: perplexity %.3f (dense %.3f, ratio %.3f) on %d held-out tokens; %r → %r "
+                "(dense %r)" % (stage, quality["perplexity"], quality["perplexity_dense"], quality["perplexity_ratio"],
+                                quality["evaluation_tokens"], a.prompt, quality["answer"], quality["answer_dense"]))
         else:
             quality["embedding_cosine"] = data.mean_cosine(data.embeddings(model, ev_batches), dense_emb)
             quality["evaluation_sentences"] = int(dense_emb.shape[0])
-            log("calibrate: mean embedding cosine to dense on %d held-out sentences: %.4f"
-                % (quality["evaluation_sentences"], quality["embedding_cosine"]))
+            log("calibrate: after %s: mean embedding cosine to dense on %d held-out sentences: %.4f"
+                % (stage, quality["evaluation_sentences"], quality["embedding_cosine"]))
         quality["seconds"] = round(time.perf_counter() - t, 1)
+        summary.setdefault("quality_by_stage", {})[stage] = {k: quality[k] for k in (
+            "perplexity", "perplexity_ratio", "answer", "embedding_cosine") if k in quality}
+
+    if a.evaluate:
+        evaluate("the prune")
+    if a.recover != "none":
+        # recovery after the whole prune (so that the one-shot model's quality is measured first)
+        teacher, _, _ = load_model(a.model, a.gguf_file, a.dtype)
+        t = time.perf_counter()
+        res = tjt.recover(model, teacher, cal_batches, num_samples=n_cal, max_seq_len=max_len,
+                          steps=a.recover_steps, lr=a.recover_lr, progress=log)
+        summary["seconds"]["block_recovery"] = round(time.perf_counter() - t, 1)
+        summary["block_recovery"] = {"steps": sum(r["steps"] for r in res),
+                                     "heldout_before": sum(r["heldout_before"] for r in res) / max(1, len(res)),
+                                     "heldout_after": sum(r["heldout_after"] for r in res) / max(1, len(res))}
+        if a.evaluate:
+            evaluate("block recovery")
+        if a.recover == "finetune":
+            t = time.perf_counter()
+            summary["finetune"] = tjt.finetune(model, teacher, cal_batches, steps=a.finetune_steps, lr=a.finetune_lr,
+                                               loss=a.finetune_loss, num_samples=n_cal, progress=log)
+            summary["seconds"]["finetune"] = round(time.perf_counter() - t, 1)
+            if a.evaluate:
+                evaluate("fine-tuning")
+        del teacher
+    tjt.save_pruned(model, a.out, tokenizer=tok)
+    with open(os.path.join(a.out, "report.json"), "w") as f:
+        json.dump(rep.to_dict(), f, indent=1)
+    if rep.profile is not None:
+        with open(os.path.join(a.out, "profile.json"), "w") as f:
+            json.dump(rep.profile, f, indent=1)
+    if a.evaluate:
         summary["quality"] = quality
     summary["seconds_total"] = round(time.perf_counter() - t_all, 1)
     from .sequential import peak_rss_gb

@@ -437,7 +437,7 @@ def finetune(model, teacher, data, *, steps=200, lr=2e-5, loss=None, num_samples
                 opt.step()
                 if step % eval_every == 0 or step == steps:
                     h = eval_loss(held)
-                    log("finetune: step %d/%d, loss %.4e, held-out %.4e (%.0f s)" % (step, steps, float(lo), h,
+                    log("finetune: step %d/%d, loss %.4e, held-out %.4e (%.0f s)" % (step, steps, float(lo.detach()), h,
                                                                                    time.perf_counter() - t0))
                     if h < best:
                         best, best_state, bad = h, [p.detach().clone() for p in params], 0
