@@ -23,6 +23,8 @@ except ImportError as e:
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "python"))
+sys.path.insert(0, HERE)
+from checks import check  # noqa: E402
 import tilejit.torch as tjt  # noqa: E402
 from tilejit import data as D  # noqa: E402
 
@@ -30,14 +32,6 @@ transformers.logging.set_verbosity_error()
 transformers.utils.logging.disable_progress_bar()
 MINILM = os.path.join(ROOT, "default-model", "all-MiniLM-L6-v2")
 SMOL = os.path.join(ROOT, "default-model", "SmolLM2-135M-Instruct")
-failures = 0
-
-
-def check(cond, msg):
-    global failures
-    print(("ok: " if cond else "FAIL: ") + msg, flush=True)
-    if not cond:
-        failures += 1
 
 
 def cli(args):
@@ -129,8 +123,8 @@ def main():
             smollm2(d)
         else:
             print("skip: SmolLM2-135M-Instruct (or gguf/accelerate, or debian-handbook) is not installed")
-    print("%d failures" % failures)
-    return 1 if failures else 0
+    print(check.summary())
+    return check.exit_code()
 
 
 if __name__ == "__main__":

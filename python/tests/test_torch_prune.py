@@ -21,20 +21,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "python"))
 sys.path.insert(0, HERE)
+from checks import check  # noqa: E402
 import tiny_models as tiny  # noqa: E402
 transformers.utils.logging.disable_progress_bar()
 import tilejit.torch as tjt  # noqa: E402
 from tilejit import data as D  # noqa: E402
 
-failures = 0
 torch.set_num_threads(2)
-
-
-def check(cond, msg):
-    global failures
-    print(("ok: " if cond else "FAIL: ") + msg, flush=True)
-    if not cond:
-        failures += 1
 
 
 def state(model):
@@ -339,8 +332,8 @@ def main():
     test_bad_input(tok)
     test_cli(tok)
     test_statistics_file(tok)
-    print("%d failures" % failures)
-    return 1 if failures else 0
+    print(check.summary())
+    return check.exit_code()
 
 
 if __name__ == "__main__":

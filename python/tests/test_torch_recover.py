@@ -22,6 +22,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "python"))
 sys.path.insert(0, HERE)
+from checks import check  # noqa: E402
 import tiny_models as tiny  # noqa: E402
 import tilejit.torch as tjt  # noqa: E402
 from tilejit import data as D  # noqa: E402
@@ -29,14 +30,6 @@ from tilejit.recover import TileLinear  # noqa: E402
 
 transformers.utils.logging.disable_progress_bar()
 torch.set_num_threads(2)
-failures = 0
-
-
-def check(cond, msg):
-    global failures
-    print(("ok: " if cond else "FAIL: ") + msg, flush=True)
-    if not cond:
-        failures += 1
 
 
 def quiet(msg):
@@ -247,8 +240,8 @@ def main():
     test_gradients()
     test_recovery(tok)
     test_bad_input(tok)
-    print("%d failures" % failures)
-    return 1 if failures else 0
+    print(check.summary())
+    return check.exit_code()
 
 
 if __name__ == "__main__":
