@@ -32,7 +32,8 @@ typedef enum tj_cpu_offsets {
  *   token-chunk-major (1: a chunk of X stays in L2 across tiles); -1: auto, 1 when tiles keep
  *   under 20 % of k (little work per byte of gathered X), else 0. mb auto is 48 with order 1;
  * vec: vector width in floats (0: the host's widest, 16 AVX-512, 8 AVX2, 1 scalar);
- * serial: below this many kFLOP of kept work per call (2 · M · kept weights / 1000) the layer
+ * serial: below this much work per call (kFLOP: 2 · (M + 4) · kept weights / 1000, the 4 for
+ *   streaming the weights) the layer
  *   runs on the calling thread alone, so waking workers never costs more than it gains
  *   (0: the built-in TJ_CPU_SERIAL_KFLOP; -1: always parallel; the rule: gen/cpu_serial.h);
  * weights: how the packed weights are stored and loaded: "f32", or "bf16" (half the bytes per
