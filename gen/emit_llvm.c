@@ -56,14 +56,18 @@ tj_cpu_config tj_cpu_config_default(void) { return tj_cpu_config_default_vec(tj_
  *   AVX2 (16 registers of 8): 4 × 24, 12 accumulators with 7 loads per 12 FMAs (6 × 16 needs 8),
  *     5-10 % faster on Zen 3 (issue 17 round 2). k-blocking from the same 256 KB slice bound
  *     (24 floats a row: 2730 rows), chunks of 384 rows (36 KB).
- *   Narrower hosts: 4 rows × two vectors, no k-blocking. */
+ *   Narrower hosts: 4 rows × two vectors, no k-blocking.
+ * prefetch: bytes ahead in a column block's weight stream that each kept row prefetches (every
+ *   64-byte line of the row, into L1): 1024 (4 rows of 64 floats) took decode calls (M = 1-16)
+ *   on 4096 × 11008 from 3.9 to 3.5 ms (M = 1) and 9.9 to 6.7 ms (M = 8), and changed nothing
+ *   where the weights sit in L2 or the call is compute-bound (bench/RESULTS.md, issue 25). */
 static const struct cpu_blocking {
-    int vec, mr, nr, kc, kc_rows;
+    int vec, mr, nr, kc, kc_rows, prefetch;
 } cpu_blocking[] = {
-    {16, 6, 64, 384, 1024},
-    {8, 4, 24, 384, 2730},
-    {4, 4, 8, 0, 0},
-    {1, 4, 2, 0, 0},
+    {16, 6, 64, 384, 1024, 1024},
+    {8, 4, 24, 384, 2730, 1024},
+    {4, 4, 8, 0, 0, 0},
+    {1, 4, 2, 0, 0, 0},
 };
 
 static const struct cpu_blocking *blocking_for(int vec)
@@ -418,6 +422,7 @@ typedef struct em {
     int packed;                 /* emitting a packed micro-kernel (offsets are r itself) */
     int packed_item;            /* X staging of the item: 0 none, 1 token rows, 2 mr-token panels */
     int xbf, ybf, dp;           /* x bf16, y bf16, vdpbf16ps inner product */
+    int pf;                     /* weight prefetch distance in bytes (0: none) */
     LLVMTypeRef xty, yty, xpty; /* element types of x, y and the staged X (f32 or i16) */
     char *cpu, *features;
     int oom;                    /* sticky: a table could not be built (out of memory) */
@@ -605,6 +610,18 @@ static void emit_row(em *e, int mr, int nv, LLVMValueRef x, LLVMValueRef wrow, L
 {
     LLVMValueRef xs = e->xs ? e->xs : ci64(e, e->l->k); /* token stride of x: K, or packed */
     LLVMValueRef w[16];
+    if (e->pf > 0) {
+        /* the weights of a column block are one sequential stream: prefetch its lines a fixed
+         * distance ahead (decode-sized calls are bound by this stream; the hardware prefetcher
+         * alone left 10-30 % of the bandwidth unused, bench/RESULTS.md, issue 25) */
+        LLVMTypeRef pty;
+        LLVMValueRef pf = intrinsic(e, "llvm.prefetch", &e->ptr, 1, &pty);
+        int row_bytes = nv * e->V * (e->wty == e->f32 ? 4 : 2);
+        for (int at = 0; at < row_bytes; at += 64) {
+            LLVMValueRef a[4] = {gep(e, e->i8, wrow, ci64(e, e->pf + at)), ci32(e, 0), ci32(e, 3), ci32(e, 1)};
+            call(e, pty, pf, a, 4);
+        }
+    }
     for (int j = 0; j < nv; j++) {
         if (e->wty == e->f32) {
             w[j] = load(e, e->vf, gep(e, e->f32, wrow, ci64(e, j * e->V)), (unsigned)(4 * e->V));
@@ -1395,6 +1412,7 @@ tj_status tj_cpu_emit_module_for(LLVMContextRef llctx, const tj_layer *l, const 
     e.yty = e.ybf ? e.i16 : e.f32;
     e.xpty = e.dp ? e.i16 : e.f32;
     e.packed_item = cfg->pack ? cfg->pack : e.xbf;
+    e.pf = blocking_for(cfg->vec)->prefetch;
     e.vptr = LLVMVectorType(e.ptr, (unsigned)e.V);
     LLVMTypeRef mkp[MK_NARGS] = {e.ptr, e.ptr, e.ptr, e.ptr, e.i64, e.i64, e.ptr, e.ptr, e.i64, e.ptr, e.i64, e.i64};
     e.mk_ty = LLVMFunctionType(e.voidt, mkp, MK_NARGS, 0);
