@@ -60,14 +60,23 @@ tj_cpu_config tj_cpu_config_default(void) { return tj_cpu_config_default_vec(tj_
  * prefetch: bytes ahead in a column block's weight stream that each kept row prefetches (every
  *   64-byte line of the row, into L1): 1024 (4 rows of 64 floats) took decode calls (M = 1-16)
  *   on 4096 × 11008 from 3.9 to 3.5 ms (M = 1) and 9.9 to 6.7 ms (M = 8), and changed nothing
- *   where the weights sit in L2 or the call is compute-bound (bench/RESULTS.md, issue 25). */
+ *   where the weights sit in L2 or the call is compute-bound (bench/RESULTS.md, issue 25).
+ * order1_kept, order1_mb: order -1 (auto) runs work items token-chunk-major (order 1: a chunk
+ *   of gathered X stays in L2 while every tile passes by) when tiles keep under order1_kept of
+ *   k and the kept weights take at most order1_mb MB (each chunk streams them all again), else
+ *   tile-major (a tile's weights stay in cache across the chunks). AVX-512, on Sapphire Rapids
+ *   at s = 0.75: M = 512 4096 × 4096 41 → 34 ms, 768 × 3072 5.4 → 4.8 ms, 384 × 1536 1.26 →
+ *   1.02 ms, M = 128 4096 × 4096 10.7 → 8.7 ms; 11008 × 4096 (45 MB) 111 → 118 ms, so the cap;
+ *   at s = 0.5 tile-major stays ahead. AVX2 keeps the older rule (Zen 3, BERT-base at M = 512:
+ *   chunk-major won by ~30 % at s = 0.9 and lost 5-10 % at s ≤ 0.75). */
 static const struct cpu_blocking {
     int vec, mr, nr, kc, kc_rows, prefetch;
+    double order1_kept, order1_mb;
 } cpu_blocking[] = {
-    {16, 6, 64, 384, 1024, 1024},
-    {8, 4, 24, 384, 2730, 1024},
-    {4, 4, 8, 0, 0, 0},
-    {1, 4, 2, 0, 0, 0},
+    {16, 6, 64, 384, 1024, 1024, 0.3, 24},
+    {8, 4, 24, 384, 2730, 1024, 0.2, 1e9},
+    {4, 4, 8, 0, 0, 0, 0.2, 1e9},
+    {1, 4, 2, 0, 0, 0, 0.2, 1e9},
 };
 
 static const struct cpu_blocking *blocking_for(int vec)
@@ -164,12 +173,11 @@ int64_t tj_cpu_config_mb(const tj_cpu_config *c)
 void tj_cpu_config_resolve(tj_cpu_config *c, const tj_layer *l)
 {
     if (c->vec == 0) c->vec = tj_cpu_host_vec();
-    if (c->order < 0) {
-        /* measured on BERT-base shapes at M = 512: chunk-major wins by ~30 % at s = 0.9 (the
-         * gathered X chunk is re-read from L2, not L3, by every tile) and loses ~5-10 % at
-         * s ≤ 0.75, where a tile's weights are the better thing to keep */
+    if (c->order < 0) { /* the blocking table's rule: chunk-major for sparse enough layers */
+        const struct cpu_blocking *b = blocking_for(c->vec);
         double kept = l->ntiles ? (double)l->tile_ptr[l->ntiles] / ((double)l->ntiles * (double)l->k) : 1.0;
-        c->order = kept < 0.2 ? 1 : 0;
+        double bytes = 4.0 * (double)tj_layer_kept(l);
+        c->order = kept < b->order1_kept && bytes <= b->order1_mb * 1e6 ? 1 : 0;
     }
     if (c->dtype == TJ_CPU_ACT_BF16) {
         c->weights = TJ_CPU_WEIGHTS_BF16; /* both dot products read bf16 weights */
