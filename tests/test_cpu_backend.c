@@ -189,15 +189,16 @@ static void test_decode_splits(tj_cpu_jit *jit, tj_pool *pool)
     static const int64_t ms[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 95, 96, 97};
     static const int threads[] = {2, 0}; /* 0: the pool's 4 */
     int vec = tj_cpu_host_vec(), id = 0;
-    tj_cpu_config def = tj_cpu_config_default(), wide = def, kc5 = def;
+    tj_cpu_config def = tj_cpu_config_default(), wide = def, kc5 = def, avx2 = tj_cpu_config_default_vec(8);
     wide.mr = vec >= 16 ? 12 : 4; /* token tails 9..11 run 8 + the rest */
     wide.nr = vec >= 16 ? 32 : 2 * vec;
     kc5.kc = 5;
-    const tj_cpu_config *cfgs[3] = {&def, &wide, &kc5};
+    avx2.vec = 8; /* the AVX2 defaults (blocking table row 8) also on an AVX-512 host */
+    const tj_cpu_config *cfgs[4] = {&def, &wide, &kc5, &avx2};
     for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
         layer_data d;
         if (!make_layer(&cases[ci], 300 + ci, &d)) { CHECK(0); continue; }
-        for (int k = 0; k < 3; k++) {
+        for (int k = 0; k < (vec >= 8 ? 4 : 3); k++) {
             char pre[32], buf[300];
             snprintf(pre, sizeof pre, "ds%d", id++);
             tj_cpu_layer *cl = build(jit, &d, cfgs[k], pre);
@@ -210,7 +211,7 @@ static void test_decode_splits(tj_cpu_jit *jit, tj_pool *pool)
             CHECKF(np == cl->info.nslots && cols == d.l.ncols && cl->cum[np] > 0, "%s: %lld pieces, %lld slots, %lld columns",
                    cases[ci].what, (long long)np, (long long)cl->info.nslots, (long long)cols);
             free(pc);
-            if (k == 0) /* kc auto: the blocking table's chunks on long tiles only */
+            if (k == 0 || k == 3) /* kc auto: the blocking table's chunks on long tiles only */
                 CHECKF((cl->cfg.kc > 0) == (ci == 0 && vec >= 8), "%s: kc resolved to %d", cases[ci].what, cl->cfg.kc);
             for (size_t mi = 0; mi < sizeof ms / sizeof *ms; mi++) {
                 float *y1 = NULL;
