@@ -1,7 +1,9 @@
 /* Stage 4 (CPU): emits LLVM IR for one layer under one tj_cpu_config, through the LLVM 19 C API.
  *
- *   item(x, y, wp, bk, slot, m0, m1)       one work item: tile plan->order[slot], tokens [m0, m1)
- *     for each column block of nr features of the tile (weights slice stays in L1):
+ *   item(x, y, wp, bk, slot, m0, m1)       one work item: piece `slot` (tj_cpu_pieces: a tile's
+ *                                           column blocks, or the whole tile), tokens [m0, m1)
+ *     for each column block of nr features of the piece:
+ *      for each chunk of kc kept rows (k-blocking; partial sums kept in a scratch buffer):
  *       for each block of mr tokens:  mk[mr'][nv'](...)   or, unrolled mode, tile_<slot>(...)
  *   mk: acc[mr × nv] <V x float> = 0
  *       for each kept row r of the tile:                    (offset = rows_t[r], baked)
@@ -33,6 +35,8 @@
  * 3 ms of CPU per row step (768×768 at s = 0.75, 1152 steps: 3.6 s), so only small layers. */
 #define TJ_CPU_UNROLLED_MAX_STEPS 512
 #define TJ_CPU_MAX_MR 16
+/* Token blocks up to this many tokens get a kernel of their own (see emit_item). */
+#define TJ_CPU_EXACT_TOKENS 8
 
 /* ---------------------------------------------------------------- configs */
 
@@ -40,20 +44,53 @@ const char *tj_cpu_gen_id(void) { return "tilejit " TJ_VERSION " cpu-gen 1 built
 
 tj_cpu_config tj_cpu_config_default(void) { return tj_cpu_config_default_vec(tj_cpu_host_vec()); }
 
+/* Block sizes per vector width, as data (BLIS's blocksize tables): the register block
+ * mr × nr and the k-blocking that kc "auto" (-1) resolves to: tiles keeping more than kc_rows
+ * rows run in chunks of kc kept rows, so a chunk's weight slice (kc × nr floats) and the
+ * gathered X it meets stay in L2 across the token blocks instead of streaming the whole tile's
+ * rows from L3 or memory once per block of mr tokens.
+ *   AVX-512 (32 registers of 16 floats): 6 × 64 beat 12 × 32 and 8 × 48 on BERT-base shapes
+ *     (fewer broadcasts of gathered X per FMA). kc 384 above 1024 kept rows (a 256 KB slice):
+ *     measured on Sapphire Rapids (2 MB L2), 4096 × 11008 at M = 16-512 (bench/RESULTS.md,
+ *     issue 25), and what a 240 s tune found on Zen 4/5 (1 MB L2).
+ *   AVX2 (16 registers of 8): 4 × 24, 12 accumulators with 7 loads per 12 FMAs (6 × 16 needs 8),
+ *     5-10 % faster on Zen 3 (issue 17 round 2). k-blocking from the same 256 KB slice bound
+ *     (24 floats a row: 2730 rows), chunks of 384 rows (36 KB).
+ *   Narrower hosts: 4 rows × two vectors, no k-blocking.
+ * prefetch: bytes ahead in a column block's weight stream that each kept row prefetches (every
+ *   64-byte line of the row, into L1): 1024 (4 rows of 64 floats) took decode calls (M = 1-16)
+ *   on 4096 × 11008 from 3.9 to 3.5 ms (M = 1) and 9.9 to 6.7 ms (M = 8), and changed nothing
+ *   where the weights sit in L2 or the call is compute-bound (bench/RESULTS.md, issue 25).
+ * order1_kept, order1_mb: order -1 (auto) runs work items token-chunk-major (order 1: a chunk
+ *   of gathered X stays in L2 while every tile passes by) when tiles keep under order1_kept of
+ *   k and the kept weights take at most order1_mb MB (each chunk streams them all again), else
+ *   tile-major (a tile's weights stay in cache across the chunks). AVX-512, on Sapphire Rapids
+ *   at s = 0.75: M = 512 4096 × 4096 41 → 34 ms, 768 × 3072 5.4 → 4.8 ms, 384 × 1536 1.26 →
+ *   1.02 ms, M = 128 4096 × 4096 10.7 → 8.7 ms; 11008 × 4096 (45 MB) 111 → 118 ms, so the cap;
+ *   at s = 0.5 tile-major stays ahead. AVX2 keeps the older rule (Zen 3, BERT-base at M = 512:
+ *   chunk-major won by ~30 % at s = 0.9 and lost 5-10 % at s ≤ 0.75). */
+static const struct cpu_blocking {
+    int vec, mr, nr, kc, kc_rows, prefetch;
+    double order1_kept, order1_mb;
+} cpu_blocking[] = {
+    {16, 6, 64, 384, 1024, 1024, 0.3, 24},
+    {8, 4, 24, 384, 2730, 1024, 0.2, 1e9},
+    {4, 4, 8, 0, 0, 0, 0.2, 1e9},
+    {1, 4, 2, 0, 0, 0, 0.2, 1e9},
+};
+
+static const struct cpu_blocking *blocking_for(int vec)
+{
+    size_t i = 0;
+    while (i + 1 < sizeof cpu_blocking / sizeof *cpu_blocking && cpu_blocking[i].vec > vec) i++;
+    return &cpu_blocking[i];
+}
+
 tj_cpu_config tj_cpu_config_default_vec(int vec)
 {
-    /* AVX-512 (32 registers of 16 floats): 6 × 64 beat 12 × 32 and 8 × 48 on BERT-base shapes
-     * (bench/RESULTS.md): fewer broadcasts of gathered X per FMA. AVX2 (16 registers of 8):
-     * 4 × 24, 12 accumulators with 7 loads per 12 FMAs (6 × 16 needs 8), measured 5-10 % faster
-     * on Zen 3 (bench/RESULTS.md, issue 17 round 2). Narrower hosts: 4 rows × two vectors. */
-    tj_cpu_config c = {.mr = 6, .nr = 64, .offsets = TJ_CPU_OFFSETS_TABLE, .unroll = 4, .mb = 0, .vec = 0, .kc = 0, .pack = 0, .order = -1, .serial = 0};
-    if (vec == 8) {
-        c.mr = 4;
-        c.nr = 24;
-    } else if (vec < 8) {
-        c.mr = 4;
-        c.nr = 2 * vec;
-    }
+    const struct cpu_blocking *b = blocking_for(vec);
+    tj_cpu_config c = {.mr = b->mr, .nr = b->nr, .offsets = TJ_CPU_OFFSETS_TABLE, .unroll = 4, .mb = 0, .vec = 0, .kc = -1,
+                       .pack = 0, .order = -1, .serial = 0};
     return c;
 }
 
@@ -136,24 +173,30 @@ int64_t tj_cpu_config_mb(const tj_cpu_config *c)
 void tj_cpu_config_resolve(tj_cpu_config *c, const tj_layer *l)
 {
     if (c->vec == 0) c->vec = tj_cpu_host_vec();
-    if (c->order < 0) {
-        /* measured on BERT-base shapes at M = 512: chunk-major wins by ~30 % at s = 0.9 (the
-         * gathered X chunk is re-read from L2, not L3, by every tile) and loses ~5-10 % at
-         * s ≤ 0.75, where a tile's weights are the better thing to keep */
+    if (c->order < 0) { /* the blocking table's rule: chunk-major for sparse enough layers */
+        const struct cpu_blocking *b = blocking_for(c->vec);
         double kept = l->ntiles ? (double)l->tile_ptr[l->ntiles] / ((double)l->ntiles * (double)l->k) : 1.0;
-        c->order = kept < 0.2 ? 1 : 0;
+        double bytes = 4.0 * (double)tj_layer_kept(l);
+        c->order = kept < b->order1_kept && bytes <= b->order1_mb * 1e6 ? 1 : 0;
     }
     if (c->dtype == TJ_CPU_ACT_BF16) {
         c->weights = TJ_CPU_WEIGHTS_BF16; /* both dot products read bf16 weights */
         if (c->dot == TJ_CPU_DOT_AUTO) c->dot = c->vec == 16 && tj_cpu_host_bf16() ? TJ_CPU_DOT_DPBF16 : TJ_CPU_DOT_FMA;
+    }
+    if (c->kc < 0) { /* auto: the blocking table, for configs that can k-block at all */
+        const struct cpu_blocking *b = blocking_for(c->vec);
+        int64_t rows = 0;
+        for (int64_t t = 0; t < l->ntiles; t++)
+            if (tj_tile_nrows(l, t) > rows) rows = tj_tile_nrows(l, t);
+        int can = c->offsets == TJ_CPU_OFFSETS_TABLE && !c->pack && c->dtype != TJ_CPU_ACT_BF16;
+        c->kc = can && b->kc > 0 && rows > b->kc_rows ? b->kc : 0;
     }
 }
 
 int64_t tj_cpu_config_kc(const tj_cpu_config *c)
 {
     if (c->offsets == TJ_CPU_OFFSETS_UNROLLED || c->pack || c->dtype == TJ_CPU_ACT_BF16) return INT32_MAX; /* whole tiles */
-    /* 0: no k-blocking. Chunks that keep the weight slice in L1 measured slower on BERT-base
-     * shapes (the gathered X, not the weights, is what streams from L2), so the tuner decides. */
+    /* 0: no k-blocking (-1, auto, is resolved by tj_cpu_config_resolve from the blocking table) */
     return c->kc > 0 ? c->kc : INT32_MAX;
 }
 
@@ -183,8 +226,8 @@ tj_status tj_cpu_config_check(const tj_cpu_config *c, tj_error *err)
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: dot dpbf16 reads X as row pairs (pack 0 or 1, not the pack 2 panels)");
     if (c->pack && c->offsets == TJ_CPU_OFFSETS_UNROLLED)
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: pack needs \"offsets\": \"table\" (packed rows need no offsets)");
-    if (c->kc < 0 || c->kc > 1 << 24)
-        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: kc %d is outside [0, 2^24]", c->kc);
+    if (c->kc < -1 || c->kc > 1 << 24)
+        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: kc %d is outside [-1 (auto), 2^24]", c->kc);
     if (c->weights < 0 || c->weights > 2)
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: weights %d is not auto, f32 or bf16", c->weights);
     if (c->serial < -1)
@@ -254,7 +297,7 @@ tj_status tj_cpu_config_from_json(const char *json, tj_cpu_config *out, tj_error
     if ((s = json_int(o, "unroll", 1, 64, &out->unroll, err))) goto done;
     if ((s = json_int(o, "mb", 0, 1 << 20, &out->mb, err))) goto done;
     if ((s = json_int(o, "vec", 0, 16, &out->vec, err))) goto done;
-    if ((s = json_int(o, "kc", 0, 1 << 24, &out->kc, err))) goto done;
+    if ((s = json_int(o, "kc", -1, 1 << 24, &out->kc, err))) goto done;
     if ((s = json_int(o, "pack", 0, 2, &out->pack, err))) goto done;
     if ((s = json_int(o, "order", -1, 1, &out->order, err))) goto done;
     if ((s = json_int(o, "serial", -1, 1 << 30, &out->serial, err))) goto done;
@@ -344,6 +387,27 @@ void tj_cpu_pack_weights(const tj_plan *p, const tj_cpu_config *cfg, const void 
     }
 }
 
+int64_t tj_cpu_config_piece(const tj_cpu_config *c)
+{
+    if (c->offsets == TJ_CPU_OFFSETS_UNROLLED || c->pack || c->dtype == TJ_CPU_ACT_BF16) return INT32_MAX;
+    return c->nr;
+}
+
+int64_t tj_cpu_pieces(const tj_plan *p, const tj_cpu_config *c, tj_cpu_piece *out)
+{
+    const tj_layer *l = p->layer;
+    int64_t step = tj_cpu_config_piece(c), n = 0;
+    for (int64_t s = 0; s < l->ntiles; s++) {
+        int64_t t = p->order[s], w = tj_tile_width(l, t), rows = tj_tile_nrows(l, t);
+        for (int64_t b0 = 0; b0 == 0 || b0 < w; b0 += step) {
+            int64_t pw = w - b0 < step ? w - b0 : step;
+            if (out) out[n] = (tj_cpu_piece){s, b0, pw, (rows + 1) * pw};
+            n++;
+        }
+    }
+    return n;
+}
+
 /* ---------------------------------------------------------------- emitter state */
 
 typedef struct em {
@@ -366,6 +430,7 @@ typedef struct em {
     int packed;                 /* emitting a packed micro-kernel (offsets are r itself) */
     int packed_item;            /* X staging of the item: 0 none, 1 token rows, 2 mr-token panels */
     int xbf, ybf, dp;           /* x bf16, y bf16, vdpbf16ps inner product */
+    int pf;                     /* weight prefetch distance in bytes (0: none) */
     LLVMTypeRef xty, yty, xpty; /* element types of x, y and the staged X (f32 or i16) */
     char *cpu, *features;
     int oom;                    /* sticky: a table could not be built (out of memory) */
@@ -553,6 +618,18 @@ static void emit_row(em *e, int mr, int nv, LLVMValueRef x, LLVMValueRef wrow, L
 {
     LLVMValueRef xs = e->xs ? e->xs : ci64(e, e->l->k); /* token stride of x: K, or packed */
     LLVMValueRef w[16];
+    if (e->pf > 0) {
+        /* the weights of a column block are one sequential stream: prefetch its lines a fixed
+         * distance ahead (decode-sized calls are bound by this stream; the hardware prefetcher
+         * alone left 10-30 % of the bandwidth unused, bench/RESULTS.md, issue 25) */
+        LLVMTypeRef pty;
+        LLVMValueRef pf = intrinsic(e, "llvm.prefetch", &e->ptr, 1, &pty);
+        int row_bytes = nv * e->V * (e->wty == e->f32 ? 4 : 2);
+        for (int at = 0; at < row_bytes; at += 64) {
+            LLVMValueRef a[4] = {gep(e, e->i8, wrow, ci64(e, e->pf + at)), ci32(e, 0), ci32(e, 3), ci32(e, 1)};
+            call(e, pty, pf, a, 4);
+        }
+    }
     for (int j = 0; j < nv; j++) {
         if (e->wty == e->f32) {
             w[j] = load(e, e->vf, gep(e, e->f32, wrow, ci64(e, j * e->V)), (unsigned)(4 * e->V));
@@ -915,21 +992,33 @@ static LLVMValueRef i32_array(em *e, const int32_t *v, int64_t n, int64_t pad)
     return a;
 }
 
-static tj_status emit_tables(em *e, tj_error *err)
+/* Per work piece (tj_cpu_pieces): its tile's rows, and its features as a tile of their own:
+ * the weights from its first column block on (blocks are contiguous, off + b0·nrows), the
+ * padded width left from b0, its width and first kept column. */
+static tj_status emit_tables(em *e, tj_cpu_emit_info *info, tj_error *err)
 {
     const tj_layer *l = e->l;
-    int64_t nt = l->ntiles, tot = l->tile_ptr[nt];
+    int64_t tot = l->tile_ptr[l->ntiles];
+    int64_t nt = tj_cpu_pieces(e->p, e->cfg, NULL);
+    tj_cpu_piece *pc = malloc((size_t)(nt ? nt : 1) * sizeof *pc);
     int64_t *t6 = malloc((size_t)(nt ? nt : 1) * 6 * sizeof *t6);
-    if (!t6) return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "layer '%s': out of memory emitting IR", l->name);
+    if (!t6 || !pc) {
+        free(t6);
+        free(pc);
+        return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "layer '%s': out of memory emitting IR", l->name);
+    }
+    tj_cpu_pieces(e->p, e->cfg, pc);
+    info->nslots = nt;
     for (int64_t s = 0; s < nt; s++) {
-        int64_t t = e->p->order[s];
+        int64_t t = e->p->order[pc[s].tslot], b0 = pc[s].b0;
         t6[T_ROWBEG * nt + s] = l->tile_ptr[t];
         t6[T_NROWS * nt + s] = tj_tile_nrows(l, t);
-        t6[T_WOFF * nt + s] = e->p->off[t];
-        t6[T_LD * nt + s] = e->p->ld[t];
-        t6[T_WIDTH * nt + s] = tj_tile_width(l, t);
-        t6[T_COLBASE * nt + s] = t * l->g;
+        t6[T_WOFF * nt + s] = e->p->off[t] + b0 * tj_tile_nrows(l, t);
+        t6[T_LD * nt + s] = e->p->ld[t] - b0;
+        t6[T_WIDTH * nt + s] = pc[s].width;
+        t6[T_COLBASE * nt + s] = t * l->g + b0;
     }
+    free(pc);
     static const char *names[6] = {"rowbeg", "nrows", "woff", "ld", "width", "colbase"};
     for (int i = 0; i < 6; i++) {
         LLVMValueRef a = i64_array(e, t6 + i * nt, nt);
@@ -995,16 +1084,19 @@ static tj_status emit_item(em *e, tj_cpu_emit_info *info, tj_error *err)
         int64_t rest = w % ((int64_t)nv * V);
         if (rest) need_nv[(rest + V - 1) / V] = 1;
     }
-    /* Token-block variants: mr itself and the powers of two below it; a tail of t tokens runs
-     * the largest variant ≤ t and loops (12 → 12, 8, 4, 2, 1: five kernels, not twelve). */
+    /* Token-block variants: mr itself, every count up to TJ_CPU_EXACT_TOKENS (so a decode-sized
+     * call, or tail, of t ≤ 8 tokens is one block: each weight streams once), and the powers of
+     * two below mr beyond that; a longer tail runs the largest variant ≤ t and loops
+     * (14 → 14, 8 + 5, ...: ten kernels, not fourteen). */
     LLVMValueRef *mk = calloc((size_t)mr * (size_t)nv, sizeof *mk);
     int64_t *step = calloc((size_t)mr, sizeof *step);
     if (!mk || !step) { free(mk); free(step); return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory emitting IR"); }
     LLVMValueRef variant[TJ_CPU_MAX_MR + 1][17];
     memset(variant, 0, sizeof variant);
     for (int a = 1; a <= mr; a++) {
-        int v = a == mr ? mr : 1;
-        while (a != mr && v * 2 <= a) v *= 2;
+        int v = 1;
+        while (v * 2 <= a) v *= 2;
+        if (a == mr || a <= TJ_CPU_EXACT_TOKENS) v = a;
         step[a - 1] = v;
         for (int b = 1; b <= nv; b++) {
             if (!need_nv[b]) { mk[(a - 1) * nv + (b - 1)] = LLVMConstNull(e->ptr); continue; }
@@ -1328,6 +1420,7 @@ tj_status tj_cpu_emit_module_for(LLVMContextRef llctx, const tj_layer *l, const 
     e.yty = e.ybf ? e.i16 : e.f32;
     e.xpty = e.dp ? e.i16 : e.f32;
     e.packed_item = cfg->pack ? cfg->pack : e.xbf;
+    e.pf = blocking_for(cfg->vec)->prefetch;
     e.vptr = LLVMVectorType(e.ptr, (unsigned)e.V);
     LLVMTypeRef mkp[MK_NARGS] = {e.ptr, e.ptr, e.ptr, e.ptr, e.i64, e.i64, e.ptr, e.ptr, e.i64, e.ptr, e.i64, e.i64};
     e.mk_ty = LLVMFunctionType(e.voidt, mkp, MK_NARGS, 0);
@@ -1347,7 +1440,7 @@ tj_status tj_cpu_emit_module_for(LLVMContextRef llctx, const tj_layer *l, const 
     info->bk_elems = l->ncols + e.V;
     info->ewv_elems = l->ew_nnz;
     info->fused_act = e.fused_act;
-    tj_status s = emit_tables(&e, err);
+    tj_status s = emit_tables(&e, info, err);
     if (s == TJ_OK) s = emit_item(&e, info, err);
     if (s == TJ_OK) s = emit_post(&e, info, err);
     if (s == TJ_OK && e.oom) s = tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "layer '%s': out of memory emitting IR", l->name);

@@ -17,12 +17,13 @@ typedef enum tj_cpu_offsets {
 } tj_cpu_offsets;
 
 /* One point of the CPU search space. JSON form (every key optional, defaults below):
- *   {"mr": 6, "nr": 64, "offsets": "table", "unroll": 4, "mb": 0, "kc": 0, "pack": 0, "order": -1, "vec": 0}
+ *   {"mr": 6, "nr": 64, "offsets": "table", "unroll": 4, "mb": 0, "kc": -1, "pack": 0, "order": -1, "vec": 0}
  * mr: tokens per register block (1..16); nr: features per register block, a multiple of the
  * vector width (mr · nr/vec accumulators must fit the register file, ≤ 28 vectors with AVX-512);
  * unroll: table-loop unroll factor (1..16), or rows per chunk in unrolled mode;
  * mb: tokens per work item (0: auto, rounded to a multiple of mr) — the work split;
- * kc: kept rows per k-block (0: none; table mode only);
+ * kc: kept rows per k-block (0: none; -1: auto, from the blocking table by vector width and the
+ *   layer's longest tile, see tj_cpu_config_resolve; table mode with pack 0 and fp32 x only);
  * pack: 1 gathers each work item's X rows of the tile into a contiguous stack buffer first
  *   (mb × kept rows floats), 2 packs them into mr-token panels (xp[p][r][i], the register
  *   block's broadcasts then read one sequential stream), 0 broadcasts straight from X (table
@@ -31,7 +32,8 @@ typedef enum tj_cpu_offsets {
  *   token-chunk-major (1: a chunk of X stays in L2 across tiles); -1: auto, 1 when tiles keep
  *   under 20 % of k (little work per byte of gathered X), else 0. mb auto is 48 with order 1;
  * vec: vector width in floats (0: the host's widest, 16 AVX-512, 8 AVX2, 1 scalar);
- * serial: below this many kFLOP of kept work per call (2 · M · kept weights / 1000) the layer
+ * serial: below this much work per call (kFLOP: 2 · (M + 4) · kept weights / 1000, the 4 for
+ *   streaming the weights) the layer
  *   runs on the calling thread alone, so waking workers never costs more than it gains
  *   (0: the built-in TJ_CPU_SERIAL_KFLOP; -1: always parallel; the rule: gen/cpu_serial.h);
  * weights: how the packed weights are stored and loaded: "f32", or "bf16" (half the bytes per
@@ -80,7 +82,7 @@ tj_status tj_cpu_config_from_json(const char *json, tj_cpu_config *out, tj_error
 char *tj_cpu_config_to_json(const tj_cpu_config *c);
 /* Checks a config (vec resolved) for a given layer: register budget, nr multiple of vec. */
 tj_status tj_cpu_config_check(const tj_cpu_config *c, tj_error *err);
-/* Resolves the automatic choices (vec 0, order -1, dot auto) of c for layer l on the host. */
+/* Resolves the automatic choices (vec 0, order -1, dot auto, kc -1) of c for layer l on the host. */
 void tj_cpu_config_resolve(tj_cpu_config *c, const tj_layer *l);
 /* Tokens per work item and kept rows per k-block after resolving 0 (auto). */
 int64_t tj_cpu_config_mb(const tj_cpu_config *c);
@@ -90,16 +92,34 @@ int tj_cpu_host_vec(void);
 /* Every config the tuner may pick on this host (static table); *count set. Borrowed. */
 const tj_cpu_config *tj_cpu_config_space(int *count);
 
+/* A work item's share of a tile: features [b0, b0 + width) of tile plan->order[tslot], all its
+ * kept rows; cost: kept rows × width (+ width: empty tiles still run the epilogue). */
+typedef struct tj_cpu_piece {
+    int64_t tslot, b0, width, cost;
+} tj_cpu_piece;
+
+/* Features per piece: one column block (nr) where the kernel reads X straight (table offsets,
+ * pack 0, fp32 x), so that a decode-sized call has enough equal pieces to share between threads;
+ * the whole tile (INT32_MAX) where each item first stages its tile's X (pack, bf16 x) or runs a
+ * tile's own function (unrolled offsets), which a piece would repeat. */
+int64_t tj_cpu_config_piece(const tj_cpu_config *c);
+/* The pieces of layer plan p under config c (resolved), in item order (plan->order, then
+ * features): written to out (NULL: count only); returns the count. The item entry's `slot`
+ * indexes this list. */
+int64_t tj_cpu_pieces(const tj_plan *p, const tj_cpu_config *c, tj_cpu_piece *out);
+
 /* Symbols and tables of an emitted layer. `prefix` makes names unique inside one JIT. */
 typedef struct tj_cpu_emit_info {
     char item_name[96];  /* void item(const void *x, void *y, const void *wp,
-                          *           const float *bk, int64_t slot, int64_t m0, int64_t m1) */
+                          *           const float *bk, int64_t slot, int64_t m0, int64_t m1):
+                          * slot indexes tj_cpu_pieces */
     char post_name[96];  /* void post(const void *x, void *y, const float *ewv,
                           *           const float *bias, int64_t m0, int64_t m1), or "" */
     int64_t bk_elems;    /* bias in kept-column order, padded: floats the caller allocates */
     int64_t ewv_elems;   /* ew weights in CSR order (ew_nnz) */
     int fused_act;       /* 1: item applies the activation itself (no ew) */
     int64_t rows_emitted; /* kept-row steps emitted as code (unrolled mode), for reports */
+    int64_t nslots;      /* work pieces (tj_cpu_pieces): item slots are [0, nslots) */
 } tj_cpu_emit_info;
 
 struct LLVMOpaqueContext;

@@ -179,6 +179,7 @@ void tj_cpu_layer_free(tj_cpu_layer *cl)
 {
     if (!cl) return;
     packed_release(cl->pk);
+    free(cl->cum);
     free(cl);
 }
 
@@ -257,6 +258,24 @@ tj_status tj_cpu_layer_build_shared(tj_cpu_jit *jit, const tj_layer *l, const tj
     s = compile_layer(jit, l, cl, prefix, err);
     cl->compile_seconds = tj_now() - t0 - cl->emit_seconds;
     if (s != TJ_OK) goto fail;
+    /* the pieces' costs, for splitting decode-sized calls between threads */
+    int64_t np = tj_cpu_pieces(&cl->pk->plan, &cl->cfg, NULL);
+    tj_cpu_piece *pc = malloc((size_t)(np ? np : 1) * sizeof *pc);
+    cl->cum = malloc((size_t)(np + 1) * sizeof *cl->cum);
+    if (!pc || !cl->cum) {
+        free(pc);
+        s = tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory");
+        goto fail;
+    }
+    tj_cpu_pieces(&cl->pk->plan, &cl->cfg, pc);
+    cl->cum[0] = 0;
+    for (int64_t i = 0; i < np; i++) cl->cum[i + 1] = cl->cum[i] + pc[i].cost;
+    free(pc);
+    if (np != cl->info.nslots) { /* a cached object from another piece rule */
+        s = tj_fail(err, TJ_ERR_INTERNAL, "layer '%s': the kernel has %lld work pieces, the plan %lld", l->name,
+                    (long long)cl->info.nslots, (long long)np);
+        goto fail;
+    }
     if (cl->packed_here) {
         t0 = tj_now();
         s = pack(cl->pk, l, w, cl->info.bk_elems, err);
@@ -277,7 +296,7 @@ typedef struct run_args {
     const tj_cpu_layer *cl;
     const void *x;
     void *y;
-    int64_t m, nchunks, chunk;
+    int64_t m, nchunks, chunk, nshares;
 } run_args;
 
 /* Chunk-major items (order 1): position p of a chunk runs slot 2p for the first half, 2p' + 1
@@ -294,11 +313,35 @@ static int64_t spread_slot(int64_t p, int64_t ntiles)
 static void run_item(void *vp, int64_t i)
 {
     const run_args *a = vp;
-    int64_t ntiles = a->cl->l->ntiles;
+    int64_t ntiles = a->cl->info.nslots;
     int64_t slot = a->cl->cfg.order ? spread_slot(i % ntiles, ntiles) : i / a->nchunks,
             c = a->cl->cfg.order ? i / ntiles : i % a->nchunks;
     int64_t m0 = c * a->chunk, m1 = m0 + a->chunk < a->m ? m0 + a->chunk : a->m;
     a->cl->item(a->x, a->y, a->cl->pk->wp, a->cl->pk->bk, slot, m0, m1);
+}
+
+/* The first piece of share j of n: where the cumulative cost reaches j/n of the total. */
+static int64_t share_begin(const int64_t *cum, int64_t npieces, int64_t j, int64_t n)
+{
+    if (j >= n) return npieces;
+    double at = (double)cum[npieces] * (double)j / (double)n;
+    int64_t lo = 0, hi = npieces; /* first s with cum[s] ≥ at */
+    while (lo < hi) {
+        int64_t mid = (lo + hi) / 2;
+        if ((double)cum[mid] < at) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+/* Share j of a decode-sized call: a contiguous run of pieces, all tokens. */
+static void run_share(void *vp, int64_t j)
+{
+    const run_args *a = vp;
+    const tj_cpu_layer *cl = a->cl;
+    int64_t s1 = share_begin(cl->cum, cl->info.nslots, j + 1, a->nshares);
+    for (int64_t s = share_begin(cl->cum, cl->info.nslots, j, a->nshares); s < s1; s++)
+        cl->item(a->x, a->y, cl->pk->wp, cl->pk->bk, s, 0, a->m);
 }
 
 static void run_post(void *vp, int64_t i)
@@ -313,9 +356,19 @@ void tj_cpu_layer_run(const tj_cpu_layer *cl, tj_pool *pool, int threads, const 
     if (m <= 0) return;
     /* small calls on the calling thread alone: never slower on N threads than on 1 */
     if (tj_cpu_serial_call(cl->cfg.serial, m, cl->kept)) threads = 1;
-    run_args a = {cl, x, y, m, 0, cl->mb};
+    run_args a = {cl, x, y, m, 0, cl->mb, 0};
     a.nchunks = (m + a.chunk - 1) / a.chunk;
-    tj_pool_run(pool, threads, cl->l->ntiles * a.nchunks, run_item, &a);
+    int64_t nt = threads > 0 ? threads : tj_pool_threads(pool);
+    if (a.nchunks == 1 && nt > 1) {
+        /* one token chunk (decode, small batches): each thread takes an equal-cost run of
+         * pieces, the same run every call, so it streams only its share of the weights and a
+         * share that fits its core's cache stays there between calls (claiming pieces one by
+         * one would mix them between the cores' caches) */
+        a.nshares = nt < cl->info.nslots ? nt : cl->info.nslots;
+        tj_pool_run(pool, (int)a.nshares, a.nshares, run_share, &a);
+    } else {
+        tj_pool_run(pool, threads, cl->info.nslots * a.nchunks, run_item, &a);
+    }
     if (cl->post) {
         a.chunk = 16;
         tj_pool_run(pool, threads, (m + a.chunk - 1) / a.chunk, run_post, &a);

@@ -51,6 +51,7 @@ typedef struct tj_cpu_layer {
     tj_cpu_item_fn item;
     tj_cpu_post_fn post;
     int64_t mb;           /* tokens per work item */
+    int64_t *cum;         /* cumulative cost of the work pieces (tj_cpu_pieces), info.nslots + 1 */
     int64_t kept;         /* kept weights (tj_layer_kept), for the serial rule */
     double emit_seconds, compile_seconds, pack_seconds;
     int from_cache;       /* the object came from the on-disk cache (no emit, no LLVM codegen) */
