@@ -27,12 +27,18 @@
 #include <llvm-c/TargetMachine.h>
 
 #include "gen/emit_llvm.h"
+#include "base/host.h"
 #include "tj_config.h"
 
 /* Unrolled mode's bound: kept-row steps × 24-FMA blocks. Straight-line code costs LLVM about
  * 3 ms of CPU per row step (768×768 at s = 0.75, 1152 steps: 3.6 s), so only small layers. */
 #define TJ_CPU_UNROLLED_MAX_STEPS 512
 #define TJ_CPU_MAX_MR 16
+/* AMX: tokens per tile row block (A and C tiles are 16 rows), the k-step (one A tile row: 32
+ * bf16, 16 pairs) and the default kept rows per k-chunk */
+#define TJ_AMX_ROWS 16
+#define TJ_AMX_K 32
+#define TJ_AMX_KC 256
 
 /* ---------------------------------------------------------------- configs */
 
@@ -100,7 +106,7 @@ const tj_cpu_config *tj_cpu_config_space(int *count)
 }
 
 /* The host's vector width and avx512_bf16, probed once (LLVM's feature string never changes). */
-static int host_vec = 1, host_bf16;
+static int host_vec = 1, host_bf16, host_amx;
 static pthread_once_t host_once = PTHREAD_ONCE_INIT;
 
 static void host_probe(void)
@@ -110,6 +116,10 @@ static void host_probe(void)
         if (strstr(f, "+avx512f")) host_vec = 16;
         else if (strstr(f, "+avx2") && strstr(f, "+fma")) host_vec = 8;
         host_bf16 = strstr(f, "+avx512bf16") && strstr(f, "+avx512f");
+        /* the staging of X uses AVX-512 BW/VBMI2 (every AMX CPU has them); the tile state
+         * needs the kernel's permission first */
+        host_amx = host_bf16 && strstr(f, "+amx-tile") && strstr(f, "+amx-bf16") && strstr(f, "+avx512bw") &&
+                   strstr(f, "+avx512vbmi2") && tj_host_amx_permit();
         LLVMDisposeMessage(f);
     }
 }
@@ -118,6 +128,20 @@ int tj_cpu_host_bf16(void)
 {
     pthread_once(&host_once, host_probe);
     return host_bf16;
+}
+
+int tj_cpu_host_amx(void)
+{
+    pthread_once(&host_once, host_probe);
+    return host_amx;
+}
+
+/* AMX tile budget of a block of mr tokens × nr features: accumulators, X tiles, weight tiles. */
+static int amx_tiles_c(const tj_cpu_config *c) { return (c->mr / TJ_AMX_ROWS) * (c->nr / 16); }
+static int amx_tiles_b(const tj_cpu_config *c) { return 8 - amx_tiles_c(c) - c->mr / TJ_AMX_ROWS; }
+static int amx_block_ok(const tj_cpu_config *c)
+{
+    return (c->mr == 16 || c->mr == 32) && c->nr >= 16 && c->nr <= 64 && c->nr % 16 == 0 && amx_tiles_b(c) >= 1;
 }
 
 int tj_cpu_host_vec(void)
@@ -129,7 +153,7 @@ int tj_cpu_host_vec(void)
 int64_t tj_cpu_config_mb(const tj_cpu_config *c)
 {
     int mr = c->mr < 1 ? 1 : c->mr;
-    int base = c->order == 1 ? 48 : 96;
+    int base = c->dot == TJ_CPU_DOT_AMX ? 64 : c->order == 1 ? 48 : 96;
     return c->mb > 0 ? (c->mb + mr - 1) / mr * mr : mr * ((base + mr / 2) / mr);
 }
 
@@ -145,12 +169,25 @@ void tj_cpu_config_resolve(tj_cpu_config *c, const tj_layer *l)
     }
     if (c->dtype == TJ_CPU_ACT_BF16) {
         c->weights = TJ_CPU_WEIGHTS_BF16; /* both dot products read bf16 weights */
-        if (c->dot == TJ_CPU_DOT_AUTO) c->dot = c->vec == 16 && tj_cpu_host_bf16() ? TJ_CPU_DOT_DPBF16 : TJ_CPU_DOT_FMA;
+        if (c->dot == TJ_CPU_DOT_AUTO) {
+            c->dot = c->vec != 16 ? TJ_CPU_DOT_FMA
+                     : tj_cpu_host_amx() ? TJ_CPU_DOT_AMX
+                     : tj_cpu_host_bf16() ? TJ_CPU_DOT_DPBF16 : TJ_CPU_DOT_FMA;
+        }
+        /* the register-block defaults (6 × 64, 4 × 24) are no AMX block */
+        if (c->dot == TJ_CPU_DOT_AMX && !amx_block_ok(c)) c->mr = 32, c->nr = 32;
     }
+}
+
+tj_status tj_cpu_plan_build(const tj_layer *l, const tj_cpu_config *cfg, tj_plan *out, tj_error *err)
+{
+    return tj_plan_build_rows(l, cfg->vec, cfg->dot == TJ_CPU_DOT_AMX ? TJ_AMX_K : 1, out, err);
 }
 
 int64_t tj_cpu_config_kc(const tj_cpu_config *c)
 {
+    /* AMX: X is staged per k-chunk (its stack buffer stays bounded for long k); whole k-steps */
+    if (c->dot == TJ_CPU_DOT_AMX) return c->kc > 0 ? (c->kc + TJ_AMX_K - 1) / TJ_AMX_K * TJ_AMX_K : TJ_AMX_KC;
     if (c->offsets == TJ_CPU_OFFSETS_UNROLLED || c->pack || c->dtype == TJ_CPU_ACT_BF16) return INT32_MAX; /* whole tiles */
     /* 0: no k-blocking. Chunks that keep the weight slice in L1 measured slower on BERT-base
      * shapes (the gathered X, not the weights, is what streams from L2), so the tuner decides. */
@@ -163,13 +200,20 @@ tj_status tj_cpu_config_check(const tj_cpu_config *c, tj_error *err)
 {
     if (c->vec != 1 && c->vec != 4 && c->vec != 8 && c->vec != 16)
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: vec %d is not 1, 4, 8 or 16", c->vec);
-    if (c->mr < 1 || c->mr > TJ_CPU_MAX_MR)
+    if (c->dot == TJ_CPU_DOT_AMX) {
+        if (c->vec != 16)
+            return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: dot amx needs vec 16 (AVX-512), not %d", c->vec);
+        if (!amx_block_ok(c))
+            return tj_fail(err, TJ_ERR_INVALID_ARGUMENT,
+                           "cpu config: dot amx takes mr 16 or 32 and nr 16, 32, 48 or 64 within 8 tiles (mr %d × nr %d)", c->mr, c->nr);
+    } else if (c->mr < 1 || c->mr > TJ_CPU_MAX_MR) {
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: mr %d is outside [1, %d]", c->mr, TJ_CPU_MAX_MR);
+    }
     if (c->nr < c->vec || c->nr % c->vec || c->nr > 256)
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: nr %d is not a multiple of the vector width %d (at most 256)",
                        c->nr, c->vec);
     int nv = c->nr / c->vec;
-    if (c->mr * nv + nv + 1 > vec_regs(c->vec))
+    if (c->dot != TJ_CPU_DOT_AMX && c->mr * nv + nv + 1 > vec_regs(c->vec))
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT,
                        "cpu config: mr %d × nr %d needs %d vector registers, the host has %d", c->mr, c->nr,
                        c->mr * nv + nv + 1, vec_regs(c->vec));
@@ -179,8 +223,9 @@ tj_status tj_cpu_config_check(const tj_cpu_config *c, tj_error *err)
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: order %d is not -1 (auto), 0 or 1", c->order);
     if (c->pack < 0 || c->pack > 2)
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: pack %d is not 0, 1 or 2", c->pack);
-    if (c->pack == 2 && c->dot == TJ_CPU_DOT_DPBF16)
-        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: dot dpbf16 reads X as row pairs (pack 0 or 1, not the pack 2 panels)");
+    if (c->pack == 2 && (c->dot == TJ_CPU_DOT_DPBF16 || c->dot == TJ_CPU_DOT_AMX))
+        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: dot %s reads X as row pairs (pack 0 or 1, not the pack 2 panels)",
+                       c->dot == TJ_CPU_DOT_AMX ? "amx" : "dpbf16");
     if (c->pack && c->offsets == TJ_CPU_OFFSETS_UNROLLED)
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: pack needs \"offsets\": \"table\" (packed rows need no offsets)");
     if (c->kc < 0 || c->kc > 1 << 24)
@@ -189,7 +234,7 @@ tj_status tj_cpu_config_check(const tj_cpu_config *c, tj_error *err)
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: weights %d is not auto, f32 or bf16", c->weights);
     if (c->serial < -1)
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: serial %d is not -1 (always parallel), 0 (built-in) or a kFLOP threshold", c->serial);
-    if (c->dtype < 0 || c->dtype > 1 || c->out < 0 || c->out > 1 || c->dot < 0 || c->dot > 2)
+    if (c->dtype < 0 || c->dtype > 1 || c->out < 0 || c->out > 1 || c->dot < 0 || c->dot > TJ_CPU_DOT_AMX)
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: dtype/out/dot out of range");
     if (c->dtype == TJ_CPU_ACT_BF16 && c->offsets == TJ_CPU_OFFSETS_UNROLLED)
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: dtype bf16 needs \"offsets\": \"table\" (bf16 X is staged like pack 1)");
@@ -224,8 +269,11 @@ static tj_status json_enum(json_t *o, const char *key, const char *const *names,
             *out = i;
             return TJ_OK;
         }
-    return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: '%s' must be one of \"%s\", \"%s\"%s%s%s", key, names[0],
-                   names[1], names[2] ? ", \"" : "", names[2] ? names[2] : "", names[2] ? "\"" : "");
+    char list[160];
+    size_t at = 0;
+    for (int i = 0; names[i] && at < sizeof list; i++)
+        at += (size_t)snprintf(list + at, sizeof list - at, "%s\"%s\"", i ? ", " : "", names[i]);
+    return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: '%s' must be one of %s", key, list);
 }
 
 tj_status tj_cpu_config_from_json(const char *json, tj_cpu_config *out, tj_error *err)
@@ -249,7 +297,7 @@ tj_status tj_cpu_config_from_json(const char *json, tj_cpu_config *out, tj_error
             goto done;
         }
     }
-    if ((s = json_int(o, "mr", 1, TJ_CPU_MAX_MR, &out->mr, err))) goto done;
+    if ((s = json_int(o, "mr", 1, 2 * TJ_AMX_ROWS, &out->mr, err))) goto done; /* above 16: amx only (checked) */
     if ((s = json_int(o, "nr", 1, 256, &out->nr, err))) goto done;
     if ((s = json_int(o, "unroll", 1, 64, &out->unroll, err))) goto done;
     if ((s = json_int(o, "mb", 0, 1 << 20, &out->mb, err))) goto done;
@@ -269,7 +317,7 @@ tj_status tj_cpu_config_from_json(const char *json, tj_cpu_config *out, tj_error
             goto done;
         }
     }
-    static const char *const act_names[] = {"f32", "bf16", NULL}, *const dot_names[] = {"auto", "fma", "dpbf16", NULL};
+    static const char *const act_names[] = {"f32", "bf16", NULL}, *const dot_names[] = {"auto", "fma", "dpbf16", "amx", NULL};
     if ((s = json_enum(o, "dtype", act_names, &out->dtype, err))) goto done;
     if ((s = json_enum(o, "out", act_names, &out->out, err))) goto done;
     if ((s = json_enum(o, "dot", dot_names, &out->dot, err))) goto done;
@@ -298,7 +346,8 @@ char *tj_cpu_config_to_json(const tj_cpu_config *c)
     if (c->dtype) o += (size_t)snprintf(ser + o, sizeof ser - o, ", \"dtype\": \"bf16\"");
     if (c->out) o += (size_t)snprintf(ser + o, sizeof ser - o, ", \"out\": \"bf16\"");
     if (c->dot)
-        snprintf(ser + o, sizeof ser - o, ", \"dot\": \"%s\"", c->dot == TJ_CPU_DOT_DPBF16 ? "dpbf16" : "fma");
+        snprintf(ser + o, sizeof ser - o, ", \"dot\": \"%s\"",
+                 c->dot == TJ_CPU_DOT_AMX ? "amx" : c->dot == TJ_CPU_DOT_DPBF16 ? "dpbf16" : "fma");
     snprintf(buf, sizeof buf,
              "{\"mr\": %d, \"nr\": %d, \"offsets\": \"%s\", \"unroll\": %d, \"mb\": %d, \"kc\": %d, \"pack\": %d, \"order\": %d, \"vec\": %d%s}",
              c->mr, c->nr, c->offsets == TJ_CPU_OFFSETS_UNROLLED ? "unrolled" : "table", c->unroll, c->mb, c->kc, c->pack,
@@ -309,12 +358,13 @@ char *tj_cpu_config_to_json(const tj_cpu_config *c)
 void tj_cpu_pack_weights(const tj_plan *p, const tj_cpu_config *cfg, const void *w, tj_dtype wdt, void *dst)
 {
     const tj_layer *l = p->layer;
-    int bf = cfg->weights == TJ_CPU_WEIGHTS_BF16, pairs = cfg->dot == TJ_CPU_DOT_DPBF16;
+    int bf = cfg->weights == TJ_CPU_WEIGHTS_BF16, amx = cfg->dot == TJ_CPU_DOT_AMX;
+    int pairs = cfg->dot == TJ_CPU_DOT_DPBF16 || amx;
     int64_t nrb = cfg->nr;
     memset(dst, 0, (size_t)p->packed_elems * (bf ? 2 : 4));
     for (int64_t t = 0; t < l->ntiles; t++) {
         const int32_t *rows = l->tile_rows + l->tile_ptr[t];
-        int64_t nr = tj_tile_nrows(l, t), width = tj_tile_width(l, t), ld = p->ld[t];
+        int64_t nr = tj_tile_nrows(l, t), width = tj_tile_width(l, t), ld = p->ld[t], rows_pad = tj_plan_rows(p, t);
         /* 16 columns at a time, rows outer: the 16 weight rows read stay in cache as r
          * advances, and each packed row segment is written in one or two runs */
         for (int64_t c0 = 0; c0 < width; c0 += 16) {
@@ -325,12 +375,12 @@ void tj_cpu_pack_weights(const tj_plan *p, const tj_cpu_config *cfg, const void 
                 int64_t cc = c0 + c, b0 = cc / nrb * nrb;
                 bw[c] = ld - b0 < nrb ? ld - b0 : nrb;
                 cb[c] = cc - b0;
-                blk[c] = p->off[t] + b0 * nr;
+                blk[c] = p->off[t] + b0 * rows_pad;
             }
             for (int64_t r = 0; r < nr; r++) {
                 for (int64_t c = 0; c < cw; c++) {
                     int64_t i = base[c] + rows[r];
-                    int64_t at = !pairs || (r == nr - 1 && nr % 2) ? blk[c] + r * bw[c] + cb[c]
+                    int64_t at = !pairs || (!amx && r == nr - 1 && nr % 2) ? blk[c] + r * bw[c] + cb[c]
                                                                    : blk[c] + r / 2 * 2 * bw[c] + 2 * cb[c] + (r & 1);
                     if (!bf) {
                         if (wdt == TJ_F32) memcpy((float *)dst + at, (const char *)w + 4 * i, 4);
@@ -366,6 +416,9 @@ typedef struct em {
     int packed;                 /* emitting a packed micro-kernel (offsets are r itself) */
     int packed_item;            /* X staging of the item: 0 none, 1 token rows, 2 mr-token panels */
     int xbf, ybf, dp;           /* x bf16, y bf16, vdpbf16ps inner product */
+    int amx;                    /* AMX tiles (TDPBF16PS) */
+    int compress;               /* stage bf16 X with vpcompressw (AVX512-VBMI2) */
+    LLVMValueRef g_win, g_cptr, g_cbase; /* staging windows (emit_win_tables) */
     LLVMTypeRef xty, yty, xpty; /* element types of x, y and the staged X (f32 or i16) */
     char *cpu, *features;
     int oom;                    /* sticky: a table could not be built (out of memory) */
@@ -570,11 +623,20 @@ static void emit_row(em *e, int mr, int nv, LLVMValueRef x, LLVMValueRef wrow, L
     }
 }
 
-/* + bias, activation, store (contiguous) or scatter (cols) of the first `valid` features. */
-static void emit_epilogue(em *e, int mr, int nv, LLVMValueRef fn, LLVMValueRef *acc)
+/* Leaves an epilogue: return, or branch to cont. */
+static void epi_exit(em *e, LLVMBasicBlockRef cont)
 {
-    LLVMValueRef y = LLVMGetParam(fn, MK_Y), bk = LLVMGetParam(fn, MK_BK), cols = LLVMGetParam(fn, MK_COLS);
-    LLVMValueRef valid = LLVMBuildTrunc(e->b, LLVMGetParam(fn, MK_VALID), e->i32, "");
+    if (cont) LLVMBuildBr(e->b, cont);
+    else LLVMBuildRetVoid(e->b);
+}
+
+/* + bias, activation, store (contiguous) or scatter (cols) of the first `valid` features of mr
+ * token rows (y: the first row, at the block's first feature, or at feature 0 with cols; bk,
+ * cols: at the block's first kept column), then return (cont NULL) or branch to cont. */
+static void emit_epilogue_at(em *e, int mr, int nv, LLVMValueRef fn, LLVMValueRef *acc, LLVMValueRef y, LLVMValueRef bk,
+                             LLVMValueRef cols, LLVMValueRef valid64, LLVMBasicBlockRef cont)
+{
+    LLVMValueRef valid = LLVMBuildTrunc(e->b, valid64, e->i32, "");
     LLVMValueRef iota_el[16];
     for (int i = 0; i < e->V; i++) iota_el[i] = ci32(e, i);
     LLVMValueRef iota = LLVMConstVector(iota_el, (unsigned)e->V);
@@ -586,7 +648,8 @@ static void emit_epilogue(em *e, int mr, int nv, LLVMValueRef fn, LLVMValueRef *
     LLVMValueRef mscatter = e->l->cols ? intrinsic(e, "llvm.masked.scatter", sc_ov, 2, &sc_ty) : NULL;
     LLVMValueRef bias[16], mask[16], colidx[16];
     for (int j = 0; j < nv; j++) {
-        bias[j] = load(e, e->vf, gep(e, e->f32, bk, ci64(e, j * e->V)), 4); /* zeros without bias */
+        /* zeros without bias; bk NULL: the accumulators hold the bias already */
+        bias[j] = bk ? load(e, e->vf, gep(e, e->f32, bk, ci64(e, j * e->V)), 4) : LLVMConstNull(e->vf);
         LLVMValueRef lim = LLVMBuildSub(e->b, valid, ci32(e, j * e->V), "");
         LLVMValueRef lv = LLVMBuildInsertElement(e->b, LLVMGetPoison(e->vi32), lim, ci32(e, 0), "");
         if (e->V > 1)
@@ -596,7 +659,7 @@ static void emit_epilogue(em *e, int mr, int nv, LLVMValueRef fn, LLVMValueRef *
     }
     LLVMValueRef vals[TJ_CPU_MAX_MR * 16];
     for (int i = 0; i < mr * nv; i++) {
-        LLVMValueRef v = LLVMBuildFAdd(e->b, acc[i], bias[i % nv], "");
+        LLVMValueRef v = bk ? LLVMBuildFAdd(e->b, acc[i], bias[i % nv], "") : acc[i];
         if (e->fused_act) v = emit_act(e, e->vf, v);
         vals[i] = e->ybf ? bf16_round(e, v) : v;
     }
@@ -610,7 +673,7 @@ static void emit_epilogue(em *e, int mr, int nv, LLVMValueRef fn, LLVMValueRef *
         for (int i = 0; i < mr; i++)
             for (int j = 0; j < nv; j++)
                 store(e, vals[i * nv + j], gep(e, e->yty, y, ci64(e, i * e->l->n + j * e->V)), yal);
-        LLVMBuildRetVoid(e->b);
+        epi_exit(e, cont);
         LLVMPositionBuilderAtEnd(e->b, part);
     }
     for (int i = 0; i < mr; i++) {
@@ -627,7 +690,14 @@ static void emit_epilogue(em *e, int mr, int nv, LLVMValueRef fn, LLVMValueRef *
             }
         }
     }
-    LLVMBuildRetVoid(e->b);
+    epi_exit(e, cont);
+}
+
+/* The epilogue of a micro-kernel (mk_ty): its own y, bias, cols and valid; returns. */
+static void emit_epilogue(em *e, int mr, int nv, LLVMValueRef fn, LLVMValueRef *acc)
+{
+    emit_epilogue_at(e, mr, nv, fn, acc, LLVMGetParam(fn, MK_Y), LLVMGetParam(fn, MK_BK), LLVMGetParam(fn, MK_COLS),
+                     LLVMGetParam(fn, MK_VALID), NULL);
 }
 
 static void zero_acc(em *e, int n, LLVMValueRef *acc)
@@ -937,7 +1007,7 @@ static tj_status emit_tables(em *e, tj_error *err)
         e->g_tab[i] = const_global(e, names[i], a);
     }
     free(t6);
-    LLVMValueRef a = i32_array(e, l->tile_rows, tot, e->V); /* packing reads whole vectors */
+    LLVMValueRef a = i32_array(e, l->tile_rows, tot, 2 * e->V); /* staging reads whole vectors, up to a k-step past */
     if (!a) return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory emitting IR");
     e->g_offs = const_global(e, "offsets", a);
     if (l->cols) {
@@ -981,6 +1051,117 @@ static void loop_end(em *e, loop *lp)
 static LLVMValueRef smin(em *e, LLVMValueRef a, LLVMValueRef b)
 {
     return LLVMBuildSelect(e->b, LLVMBuildICmp(e->b, LLVMIntSLT, a, b, ""), a, b, "");
+}
+
+/* Staging windows of bf16 X: each tile's kept rows in chunks of kc, each chunk a list of the
+ * 32-feature windows of x it reads, as i64 entries (window's first feature << 32 | mask of its
+ * kept features), windows split at chunk edges. Slot s's chunk c is win[cptr[cbase[s] + c] ..
+ * cptr[cbase[s] + c + 1]); every tile has at least one chunk (empty for an empty tile). */
+static tj_status emit_win_tables(em *e, int64_t kc, tj_error *err)
+{
+    const tj_layer *l = e->l;
+    int64_t nt = l->ntiles, nwin = 0, nptr = 0;
+    for (int64_t t = 0; t < nt; t++) {
+        int64_t nr = tj_tile_nrows(l, t), nch = nr > 0 ? (nr + kc - 1) / kc : 1;
+        nwin += nr < l->k / 32 + 2 * nch ? nr : l->k / 32 + 2 * nch; /* a bound: windows ≤ rows */
+        nptr += nch + 1;
+    }
+    int64_t *win = malloc((size_t)(nwin + 1) * sizeof *win), *cptr = malloc((size_t)(nptr + 1) * sizeof *cptr);
+    int64_t *cbase = malloc((size_t)(nt + 1) * sizeof *cbase);
+    if (!win || !cptr || !cbase) {
+        free(win); free(cptr); free(cbase);
+        return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "layer '%s': out of memory emitting IR", l->name);
+    }
+    int64_t nw = 0, np = 0;
+    for (int64_t s = 0; s < nt; s++) {
+        int64_t t = e->p->order[s], nr = tj_tile_nrows(l, t), nch = nr > 0 ? (nr + kc - 1) / kc : 1;
+        const int32_t *rows = l->tile_rows + l->tile_ptr[t];
+        cbase[s] = np;
+        for (int64_t c = 0; c < nch; c++) {
+            cptr[np++] = nw;
+            int64_t r1 = (c + 1) * kc < nr ? (c + 1) * kc : nr;
+            for (int64_t r = c * kc; r < r1;) {
+                int64_t w0 = rows[r] / 32 * 32;
+                uint32_t mask = 0;
+                for (; r < r1 && rows[r] < w0 + 32; r++) mask |= 1u << (rows[r] - w0);
+                win[nw++] = (int64_t)((uint64_t)w0 << 32 | mask);
+            }
+        }
+        cptr[np++] = nw; /* the end of the last chunk */
+    }
+    cbase[nt] = np;
+    e->g_win = const_global(e, "win", i64_array(e, win, nw ? nw : 1));
+    e->g_cptr = const_global(e, "cptr", i64_array(e, cptr, np));
+    e->g_cbase = const_global(e, "cbase", i64_array(e, cbase, nt + 1));
+    free(win);
+    free(cptr);
+    free(cbase);
+    return TJ_OK;
+}
+
+/* Stages bf16 X for tokens [m0, m1) and kept rows [r0, r0 + kn) of the item's tile (chunk
+ * `chunk`): xp[(m − m0)·xs + r] = x[m][rows_t[r0 + r]] for r < kn, and zeros for r in
+ * [kn, kn + 32) (a whole AMX k-step; the next token row, written later, overwrites what spills
+ * into it). vpcompressw per window where the target has AVX512-VBMI2 (a masked load reads only
+ * kept features: nothing past x's end), else masked gathers through the offsets table. */
+static void emit_stage_x(em *e, LLVMValueRef fn, LLVMValueRef x, LLVMValueRef m0, LLVMValueRef m1, LLVMValueRef slot,
+                         LLVMValueRef chunk, LLVMValueRef offs, LLVMValueRef r0, LLVMValueRef kn, LLVMValueRef xp, LLVMValueRef xs)
+{
+    const tj_layer *l = e->l;
+    LLVMTypeRef v32 = LLVMVectorType(e->i16, 32), m32 = LLVMVectorType(e->i1, 32);
+    loop pi;
+    loop_begin(e, fn, &pi, m0, m1, ci64(e, 1));
+    LLVMValueRef xrow = gep(e, e->i16, x, LLVMBuildMul(e->b, pi.iv, ci64(e, l->k), ""));
+    LLVMValueRef dst = gep(e, e->i16, xp, LLVMBuildMul(e->b, LLVMBuildSub(e->b, pi.iv, m0, ""), xs, ""));
+    if (e->compress) {
+        LLVMValueRef cb = load(e, e->i64, gep(e, e->i64, e->g_cbase, slot), 8);
+        LLVMValueRef ci = LLVMBuildAdd(e->b, cb, chunk, "");
+        LLVMValueRef eb = load(e, e->i64, gep(e, e->i64, e->g_cptr, ci), 8);
+        LLVMValueRef ee = load(e, e->i64, gep(e, e->i64, e->g_cptr, LLVMBuildAdd(e->b, ci, ci64(e, 1), "")), 8);
+        LLVMTypeRef ld_ov[2] = {v32, e->ptr}, ld_ty, cp_ty, pc_ty;
+        LLVMValueRef mload = intrinsic(e, "llvm.masked.load", ld_ov, 2, &ld_ty);
+        LLVMValueRef comp = intrinsic(e, "llvm.x86.avx512.mask.compress", &v32, 1, &cp_ty);
+        LLVMValueRef popc = intrinsic(e, "llvm.ctpop", &e->i32, 1, &pc_ty);
+        LLVMBasicBlockRef pre = LLVMGetInsertBlock(e->b);
+        loop wl;
+        loop_begin(e, fn, &wl, eb, ee, ci64(e, 1));
+        LLVMValueRef pos = LLVMBuildPhi(e->b, e->i64, "pos");
+        LLVMValueRef zero64 = ci64(e, 0);
+        LLVMAddIncoming(pos, &zero64, &pre, 1);
+        LLVMValueRef ent = load(e, e->i64, gep(e, e->i64, e->g_win, wl.iv), 8);
+        LLVMValueRef mask = LLVMBuildTrunc(e->b, ent, e->i32, "");
+        LLVMValueRef mv = LLVMBuildBitCast(e->b, mask, m32, "");
+        LLVMValueRef src = gep(e, e->i16, xrow, LLVMBuildLShr(e->b, ent, ci64(e, 32), ""));
+        LLVMValueRef la[4] = {src, ci32(e, 2), mv, LLVMConstNull(v32)};
+        LLVMValueRef v = call(e, ld_ty, mload, la, 4);
+        LLVMValueRef ca[3] = {v, LLVMConstNull(v32), mv};
+        store(e, call(e, cp_ty, comp, ca, 3), gep(e, e->i16, dst, pos), 2);
+        LLVMValueRef posn = LLVMBuildAdd(e->b, pos, LLVMBuildZExt(e->b, call(e, pc_ty, popc, &mask, 1), e->i64, ""), "");
+        LLVMBasicBlockRef latch = LLVMGetInsertBlock(e->b);
+        loop_end(e, &wl);
+        LLVMAddIncoming(pos, &posn, &latch, 1);
+        store(e, LLVMConstNull(v32), gep(e, e->i16, dst, kn), 2);
+    } else {
+        LLVMTypeRef g_ov[2] = {e->vi16, e->vptr}, g_ty;
+        LLVMValueRef gather = intrinsic(e, "llvm.masked.gather", g_ov, 2, &g_ty);
+        LLVMValueRef iota_el[16];
+        for (int i = 0; i < e->V; i++) iota_el[i] = ci64(e, i);
+        LLVMValueRef iota = LLVMConstVector(iota_el, (unsigned)e->V);
+        LLVMValueRef ro = gep(e, e->i32, offs, r0);
+        loop pr;
+        loop_begin(e, fn, &pr, ci64(e, 0), LLVMBuildAdd(e->b, kn, ci64(e, 32), ""), ci64(e, e->V));
+        LLVMValueRef lim = LLVMBuildInsertElement(e->b, LLVMGetPoison(LLVMVectorType(e->i64, (unsigned)e->V)),
+                                                  LLVMBuildSub(e->b, kn, pr.iv, ""), ci32(e, 0), "");
+        lim = LLVMBuildShuffleVector(e->b, lim, LLVMGetPoison(LLVMTypeOf(lim)), LLVMConstNull(e->vi32), "");
+        LLVMValueRef gm = LLVMBuildICmp(e->b, LLVMIntSLT, iota, lim, "");
+        LLVMValueRef idx = load(e, e->vi32, gep(e, e->i32, ro, pr.iv), 4); /* the table is padded by 2·V */
+        idx = LLVMBuildSelect(e->b, gm, idx, LLVMConstNull(e->vi32), "");
+        LLVMValueRef ptrs = LLVMBuildInBoundsGEP2(e->b, e->i16, xrow, &idx, 1, "");
+        LLVMValueRef ga[4] = {ptrs, ci32(e, 2), gm, LLVMConstNull(e->vi16)};
+        store(e, call(e, g_ty, gather, ga, 4), gep(e, e->i16, dst, pr.iv), 2);
+        loop_end(e, &pr);
+    }
+    loop_end(e, &pi);
 }
 
 static tj_status emit_item(em *e, tj_cpu_emit_info *info, tj_error *err)
@@ -1054,7 +1235,7 @@ static tj_status emit_item(em *e, tj_cpu_emit_info *info, tj_error *err)
     LLVMSetAlignment(scr, 64);
     LLVMValueRef xp = NULL;
     if (e->cfg->pack || e->xbf) {
-        xp = LLVMBuildArrayAlloca(e->b, e->xpty, ci64(e, mbmax * (rpmax > 0 ? rpmax : 1)), "xpacked");
+        xp = LLVMBuildArrayAlloca(e->b, e->xpty, ci64(e, mbmax * (rpmax > 0 ? rpmax : 1) + 64), "xpacked"); /* + staging's spill */
         LLVMSetAlignment(xp, 64);
     }
     LLVMValueRef tv[6];
@@ -1082,6 +1263,9 @@ static tj_status emit_item(em *e, tj_cpu_emit_info *info, tj_error *err)
         store(e, v, gep(e, e->f32, dst, LLVMBuildMul(e->b, pr.iv, mrc, "")), 4);
         loop_end(e, &pr);
         loop_end(e, &pi);
+    } else if (xp && e->dp && e->compress) {
+        rp = LLVMBuildMul(e->b, LLVMBuildSDiv(e->b, LLVMBuildAdd(e->b, tv[T_NROWS], ci64(e, V - 1), ""), ci64(e, V), ""), ci64(e, V), "rp");
+        emit_stage_x(e, fn, x, m0, m1, slot, ci64(e, 0), offs, ci64(e, 0), tv[T_NROWS], xp, rp);
     } else if (xp) {
         /* pack: xp[i][r] = x[m0 + i][rows_t[r]] with vector gathers, once per item for all
          * column blocks: the micro-kernels then read contiguous, L1-resident rows */
@@ -1168,6 +1352,261 @@ static tj_status emit_item(em *e, tj_cpu_emit_info *info, tj_error *err)
     loop_end(e, &kl);
     loop_end(e, &cb);
     LLVMBuildRetVoid(e->b);
+    return TJ_OK;
+}
+
+/* ---------------------------------------------------------------- AMX */
+
+/* Block micro-kernel of the AMX item (dot amx): ma × 16 tokens × nbv × 16 features over `steps`
+ * k-steps of 32 kept rows, accumulators in tiles C[i][j] = i·nbv + j, X in tiles A[i] after
+ * them, weights in the rest (B[j] in tile B0 + j % nB, so loads rotate when fewer than nbv).
+ *   A[i]: xa + i·16·xs + 32·s, 16 rows of 64 bytes, stride 2·xs bytes (staged X, bf16)
+ *   B[j]: w + 32·s·bw + 32·j, 16 pair rows of 64 bytes, stride 4·bw bytes (VNNI pairs)
+ * First chunk: C = the bias (one 64-byte row loaded with stride 0 into all 16 rows), else C
+ * from the partial sums `part` (row stride the item's pw floats). Last chunk: a whole block of a
+ * layer with fp32 y, contiguous features and no fused activation stores C straight into y;
+ * any other goes through a stack buffer into the epilogue (activation, bf16 rounding, masks,
+ * scatter) for its first `mrows` tokens. Other chunks store C back to `part`. */
+enum { AB_XA, AB_XS, AB_W, AB_BW, AB_STEPS, AB_PART, AB_FLAGS, AB_Y, AB_BK, AB_COLS, AB_VALID, AB_MROWS, AB_NARGS };
+
+typedef struct amx_fns {
+    LLVMValueRef load, store, zero, dp;
+    LLVMTypeRef load_ty, store_ty, zero_ty, dp_ty;
+} amx_fns;
+
+static amx_fns amx_intrinsics(em *e)
+{
+    amx_fns a;
+    a.load = intrinsic(e, "llvm.x86.tileloadd64", NULL, 0, &a.load_ty);
+    a.store = intrinsic(e, "llvm.x86.tilestored64", NULL, 0, &a.store_ty);
+    a.zero = intrinsic(e, "llvm.x86.tilezero", NULL, 0, &a.zero_ty);
+    a.dp = intrinsic(e, "llvm.x86.tdpbf16ps", NULL, 0, &a.dp_ty);
+    return a;
+}
+
+static LLVMValueRef ci8(em *e, int v) { return LLVMConstInt(e->i8, (unsigned long long)v, 0); }
+
+/* tileloadd / tilestored of tile t at p with a stride in bytes */
+static void tile_mem(em *e, const amx_fns *a, int store_it, int t, LLVMValueRef p, LLVMValueRef stride)
+{
+    LLVMValueRef args[3] = {ci8(e, t), p, stride};
+    if (store_it) call(e, a->store_ty, a->store, args, 3);
+    else call(e, a->load_ty, a->load, args, 3);
+}
+
+static LLVMValueRef emit_amx_block(em *e, int ma, int nbv, int64_t pw, LLVMTypeRef fty)
+{
+    char name[128];
+    snprintf(name, sizeof name, "%s.amx_%d_%d", e->prefix, ma, nbv);
+    LLVMValueRef fn = new_fn(e, name, fty, 1);
+    amx_fns a = amx_intrinsics(e);
+    LLVMValueRef xa = LLVMGetParam(fn, AB_XA), xs = LLVMGetParam(fn, AB_XS), w = LLVMGetParam(fn, AB_W);
+    LLVMValueRef bw = LLVMGetParam(fn, AB_BW), steps = LLVMGetParam(fn, AB_STEPS), part = LLVMGetParam(fn, AB_PART);
+    LLVMValueRef flags = LLVMGetParam(fn, AB_FLAGS);
+    int nc = ma * nbv, a0 = nc, b0 = nc + ma, nb = 8 - b0;
+    LLVMBasicBlockRef entry = LLVMAppendBasicBlockInContext(e->c, fn, "entry");
+    LLVMBasicBlockRef bz = LLVMAppendBasicBlockInContext(e->c, fn, "zero");
+    LLVMBasicBlockRef bl = LLVMAppendBasicBlockInContext(e->c, fn, "partial.load");
+    LLVMBasicBlockRef pre = LLVMAppendBasicBlockInContext(e->c, fn, "k.pre");
+    LLVMBasicBlockRef body = LLVMAppendBasicBlockInContext(e->c, fn, "k");
+    LLVMBasicBlockRef after = LLVMAppendBasicBlockInContext(e->c, fn, "k.done");
+    LLVMBasicBlockRef keep = LLVMAppendBasicBlockInContext(e->c, fn, "partial.store");
+    LLVMBasicBlockRef out = LLVMAppendBasicBlockInContext(e->c, fn, "out");
+    LLVMPositionBuilderAtEnd(e->b, entry);
+    int64_t csw = (int64_t)nbv * 16; /* the epilogue buffer's row, floats */
+    LLVMValueRef cs = LLVMBuildArrayAlloca(e->b, e->f32, ci64(e, ma * TJ_AMX_ROWS * csw), "cs");
+    LLVMSetAlignment(cs, 64);
+    LLVMValueRef pstride = ci64(e, pw * 4);
+    LLVMValueRef first = LLVMBuildICmp(e->b, LLVMIntNE, LLVMBuildAnd(e->b, flags, ci64(e, MK_FIRST), ""), ci64(e, 0), "");
+    LLVMBuildCondBr(e->b, first, bz, bl);
+    LLVMPositionBuilderAtEnd(e->b, bz);
+    for (int i = 0; i < ma; i++)
+        for (int j = 0; j < nbv; j++)
+            tile_mem(e, &a, 0, i * nbv + j, gep(e, e->f32, LLVMGetParam(fn, AB_BK), ci64(e, j * 16)), ci64(e, 0));
+    LLVMBuildBr(e->b, pre);
+    LLVMPositionBuilderAtEnd(e->b, bl);
+    for (int i = 0; i < ma; i++)
+        for (int j = 0; j < nbv; j++)
+            tile_mem(e, &a, 0, i * nbv + j, gep(e, e->f32, part, ci64(e, i * TJ_AMX_ROWS * pw + j * 16)), pstride);
+    LLVMBuildBr(e->b, pre);
+    LLVMPositionBuilderAtEnd(e->b, pre);
+    LLVMBuildCondBr(e->b, LLVMBuildICmp(e->b, LLVMIntSGT, steps, ci64(e, 0), ""), body, after);
+
+    LLVMPositionBuilderAtEnd(e->b, body);
+    LLVMValueRef sv = LLVMBuildPhi(e->b, e->i64, "s");
+    LLVMValueRef xstride = LLVMBuildShl(e->b, xs, ci64(e, 1), ""), wstride = LLVMBuildShl(e->b, bw, ci64(e, 2), "");
+    LLVMValueRef xk = gep(e, e->i16, xa, LLVMBuildMul(e->b, sv, ci64(e, TJ_AMX_K), ""));
+    LLVMValueRef wk = gep(e, e->i16, w, LLVMBuildMul(e->b, sv, LLVMBuildMul(e->b, bw, ci64(e, TJ_AMX_K), ""), ""));
+    for (int i = 0; i < ma; i++)
+        tile_mem(e, &a, 0, a0 + i, gep(e, e->i16, xk, LLVMBuildMul(e->b, xs, ci64(e, i * TJ_AMX_ROWS), "")), xstride);
+    for (int j = 0; j < nbv; j++) {
+        int bt = b0 + j % nb;
+        tile_mem(e, &a, 0, bt, gep(e, e->i16, wk, ci64(e, 32 * j)), wstride);
+        for (int i = 0; i < ma; i++) {
+            LLVMValueRef d[3] = {ci8(e, i * nbv + j), ci8(e, a0 + i), ci8(e, bt)};
+            call(e, a.dp_ty, a.dp, d, 3);
+        }
+    }
+    LLVMValueRef sn = LLVMBuildAdd(e->b, sv, ci64(e, 1), "");
+    LLVMBuildCondBr(e->b, LLVMBuildICmp(e->b, LLVMIntSLT, sn, steps, ""), body, after);
+    {
+        LLVMValueRef iv[2] = {ci64(e, 0), sn};
+        LLVMBasicBlockRef ib[2] = {pre, body};
+        LLVMAddIncoming(sv, iv, ib, 2);
+    }
+
+    LLVMPositionBuilderAtEnd(e->b, after);
+    LLVMValueRef last = LLVMBuildICmp(e->b, LLVMIntNE, LLVMBuildAnd(e->b, flags, ci64(e, MK_LAST), ""), ci64(e, 0), "");
+    LLVMBuildCondBr(e->b, last, out, keep);
+    LLVMPositionBuilderAtEnd(e->b, keep);
+    for (int i = 0; i < ma; i++)
+        for (int j = 0; j < nbv; j++)
+            tile_mem(e, &a, 1, i * nbv + j, gep(e, e->f32, part, ci64(e, i * TJ_AMX_ROWS * pw + j * 16)), pstride);
+    LLVMBuildRetVoid(e->b);
+
+    LLVMPositionBuilderAtEnd(e->b, out);
+    if (!e->ybf && !e->l->cols && !(e->fused_act && e->l->act != TJ_ACT_NONE)) {
+        LLVMBasicBlockRef direct = LLVMAppendBasicBlockInContext(e->c, fn, "store.direct");
+        LLVMBasicBlockRef via = LLVMAppendBasicBlockInContext(e->c, fn, "store.epilogue");
+        LLVMValueRef whole = LLVMBuildAnd(e->b, LLVMBuildICmp(e->b, LLVMIntEQ, LLVMGetParam(fn, AB_MROWS), ci64(e, ma * TJ_AMX_ROWS), ""),
+                                          LLVMBuildICmp(e->b, LLVMIntEQ, LLVMGetParam(fn, AB_VALID), ci64(e, nbv * 16), ""), "");
+        LLVMBuildCondBr(e->b, whole, direct, via);
+        LLVMPositionBuilderAtEnd(e->b, direct);
+        LLVMValueRef yd = LLVMGetParam(fn, AB_Y);
+        for (int i = 0; i < ma; i++)
+            for (int j = 0; j < nbv; j++)
+                tile_mem(e, &a, 1, i * nbv + j, gep(e, e->f32, yd, ci64(e, i * TJ_AMX_ROWS * e->l->n + j * 16)), ci64(e, e->l->n * 4));
+        LLVMBuildRetVoid(e->b);
+        LLVMPositionBuilderAtEnd(e->b, via);
+    }
+    for (int i = 0; i < ma; i++)
+        for (int j = 0; j < nbv; j++)
+            tile_mem(e, &a, 1, i * nbv + j, gep(e, e->f32, cs, ci64(e, i * TJ_AMX_ROWS * csw + j * 16)), ci64(e, csw * 4));
+    /* the epilogue, one token row at a time: only the block's valid tokens are stored */
+    loop rl;
+    loop_begin(e, fn, &rl, ci64(e, 0), LLVMGetParam(fn, AB_MROWS), ci64(e, 1));
+    LLVMValueRef vals[4];
+    LLVMValueRef crow = gep(e, e->f32, cs, LLVMBuildMul(e->b, rl.iv, ci64(e, csw), ""));
+    for (int j = 0; j < nbv; j++) vals[j] = load(e, e->vf, gep(e, e->f32, crow, ci64(e, j * 16)), 64);
+    LLVMValueRef yrow = gep(e, e->yty, LLVMGetParam(fn, AB_Y), LLVMBuildMul(e->b, rl.iv, ci64(e, e->l->n), ""));
+    LLVMBasicBlockRef next = LLVMAppendBasicBlockInContext(e->c, fn, "row.next");
+    emit_epilogue_at(e, 1, nbv, fn, vals, yrow, NULL, LLVMGetParam(fn, AB_COLS), LLVMGetParam(fn, AB_VALID), next);
+    LLVMPositionBuilderAtEnd(e->b, next);
+    loop_end(e, &rl);
+    LLVMBuildRetVoid(e->b);
+    return fn;
+}
+
+/* item(x, y, wp, bk, slot, m0, m1) with AMX tiles:
+ *   ldtilecfg (every tile 16 rows × 64 bytes: this thread's configuration, set per item)
+ *   for each block of mr tokens:
+ *     for each k-chunk of kc kept rows:  stage the block's X[:, chunk] as bf16 rows (emit_stage_x:
+ *                                        a panel that stays in L1 for all column blocks)
+ *       for each column block of nr features:  amx_<ma>_<nbv>(...)   (weights stream from L2)
+ *   tilerelease (the thread leaves no tile state behind: no 8 KB XSAVE area per switch, and the
+ *   core leaves AMX's power state) */
+static tj_status emit_item_amx(em *e, tj_cpu_emit_info *info, tj_error *err)
+{
+    const tj_layer *l = e->l;
+    int mr = e->cfg->mr, nb = e->cfg->nr / 16, mab = mr / TJ_AMX_ROWS;
+    int64_t kc = tj_cpu_config_kc(e->cfg);
+    int need_nb[5] = {0};
+    int64_t pw = 16, kmax = 0, chunked = 0;
+    for (int64_t t = 0; t < l->ntiles; t++) {
+        int64_t w = tj_tile_width(l, t), rest = w % (16 * nb), nr = tj_tile_nrows(l, t);
+        if (w >= 16 * nb) need_nb[nb] = 1;
+        if (rest) need_nb[(rest + 15) / 16] = 1;
+        if (e->p->ld[t] > pw) pw = e->p->ld[t];
+        int64_t kp = (nr < kc ? nr : kc);
+        if (kp > kmax) kmax = kp;
+        if (nr > kc) chunked = 1;
+    }
+    kmax = (kmax + TJ_AMX_K - 1) / TJ_AMX_K * TJ_AMX_K + TJ_AMX_K; /* + the stride pad */
+    LLVMTypeRef bp[AB_NARGS] = {e->ptr, e->i64, e->ptr, e->i64, e->i64, e->ptr, e->i64, e->ptr, e->ptr, e->ptr, e->i64, e->i64};
+    LLVMTypeRef bty = LLVMFunctionType(e->voidt, bp, AB_NARGS, 0);
+    LLVMValueRef blk[8];
+    for (int m = 1; m <= mab; m++)
+        for (int j = 1; j <= nb; j++)
+            blk[(m - 1) * nb + (j - 1)] = need_nb[j] ? emit_amx_block(e, m, j, pw, bty) : LLVMConstNull(e->ptr);
+    LLVMValueRef blk_tab = const_global(e, "amx", LLVMConstArray2(e->ptr, blk, (uint64_t)(mab * nb)));
+    /* the tile configuration: palette 1, tiles 0..7 of 16 rows × 64 bytes */
+    uint8_t cfgb[64] = {1};
+    for (int t = 0; t < 8; t++) cfgb[16 + 2 * t] = 64, cfgb[48 + t] = TJ_AMX_ROWS;
+    LLVMValueRef cel[64];
+    for (int i = 0; i < 64; i++) cel[i] = LLVMConstInt(e->i8, cfgb[i], 0);
+    LLVMValueRef g_tcfg = const_global(e, "tilecfg", LLVMConstArray2(e->i8, cel, 64));
+    LLVMTypeRef cfg_ty, rel_ty;
+    LLVMValueRef ldcfg = intrinsic(e, "llvm.x86.ldtilecfg", NULL, 0, &cfg_ty);
+    LLVMValueRef release = intrinsic(e, "llvm.x86.tilerelease", NULL, 0, &rel_ty);
+
+    LLVMTypeRef ps[7] = {e->ptr, e->ptr, e->ptr, e->ptr, e->i64, e->i64, e->i64};
+    LLVMValueRef fn = new_fn(e, info->item_name, LLVMFunctionType(e->voidt, ps, 7, 0), 0);
+    LLVMValueRef x = LLVMGetParam(fn, 0), y = LLVMGetParam(fn, 1), wp = LLVMGetParam(fn, 2), bk = LLVMGetParam(fn, 3);
+    LLVMValueRef slot = LLVMGetParam(fn, 4), m0 = LLVMGetParam(fn, 5), m1 = LLVMGetParam(fn, 6);
+    LLVMPositionBuilderAtEnd(e->b, LLVMAppendBasicBlockInContext(e->c, fn, "entry"));
+    LLVMValueRef xp = LLVMBuildArrayAlloca(e->b, e->i16, ci64(e, mr * kmax + 64), "xstaged");
+    LLVMSetAlignment(xp, 64);
+    LLVMValueRef part = LLVMBuildArrayAlloca(e->b, e->f32, ci64(e, chunked ? mr * pw : 1), "partial");
+    LLVMSetAlignment(part, 64);
+    LLVMValueRef tv[6];
+    for (int i = 0; i < 6; i++) tv[i] = load(e, e->i64, gep(e, e->i64, e->g_tab[i], slot), 8);
+    LLVMValueRef offs = gep(e, e->i32, e->g_offs, tv[T_ROWBEG]);
+    LLVMValueRef nrows = tv[T_NROWS];
+    LLVMValueRef rows_pad = LLVMBuildAnd(e->b, LLVMBuildAdd(e->b, nrows, ci64(e, TJ_AMX_K - 1), ""), ci64(e, -TJ_AMX_K), "");
+    LLVMValueRef nch = LLVMBuildSelect(e->b, LLVMBuildICmp(e->b, LLVMIntSGT, nrows, ci64(e, 0), ""),
+                                       LLVMBuildSDiv(e->b, LLVMBuildAdd(e->b, nrows, ci64(e, kc - 1), ""), ci64(e, kc), ""), ci64(e, 1), "nch");
+    LLVMValueRef nrv = ci64(e, 16 * nb);
+    call(e, cfg_ty, ldcfg, &g_tcfg, 1);
+    loop tb;
+    loop_begin(e, fn, &tb, m0, m1, ci64(e, mr));
+    LLVMValueRef mrows = smin(e, ci64(e, mr), LLVMBuildSub(e->b, m1, tb.iv, ""));
+    LLVMValueRef tend = LLVMBuildAdd(e->b, tb.iv, mrows, "");
+    LLVMValueRef ma = LLVMBuildSDiv(e->b, LLVMBuildAdd(e->b, mrows, ci64(e, TJ_AMX_ROWS - 1), ""), ci64(e, TJ_AMX_ROWS), "");
+    LLVMValueRef yt = gep(e, e->yty, y, LLVMBuildMul(e->b, tb.iv, ci64(e, l->n), ""));
+    loop cl;
+    loop_begin(e, fn, &cl, ci64(e, 0), nch, ci64(e, 1));
+    LLVMValueRef r0 = LLVMBuildMul(e->b, cl.iv, ci64(e, kc), "r0");
+    LLVMValueRef kn = smin(e, ci64(e, kc), LLVMBuildSub(e->b, nrows, r0, ""));
+    LLVMValueRef knp = LLVMBuildAnd(e->b, LLVMBuildAdd(e->b, kn, ci64(e, TJ_AMX_K - 1), ""), ci64(e, -TJ_AMX_K), "");
+    /* rows a multiple of 512 bf16 (1 KB) apart would put a tile's 16 rows in few L1 sets */
+    LLVMValueRef xs = LLVMBuildAdd(e->b, knp, LLVMBuildSelect(e->b, LLVMBuildICmp(e->b, LLVMIntEQ, LLVMBuildAnd(e->b, knp, ci64(e, 511), ""), ci64(e, 0), ""),
+                                                              ci64(e, TJ_AMX_K), ci64(e, 0), ""), "xs");
+    emit_stage_x(e, fn, x, tb.iv, tend, slot, cl.iv, offs, r0, kn, xp, xs);
+    LLVMValueRef flags = LLVMBuildOr(
+        e->b, LLVMBuildZExt(e->b, LLVMBuildICmp(e->b, LLVMIntEQ, cl.iv, ci64(e, 0), ""), e->i64, ""),
+        LLVMBuildShl(e->b, LLVMBuildZExt(e->b, LLVMBuildICmp(e->b, LLVMIntEQ, LLVMBuildAdd(e->b, cl.iv, ci64(e, 1), ""), nch, ""), e->i64, ""),
+                     ci64(e, 1), ""), "flags");
+    LLVMValueRef steps = LLVMBuildLShr(e->b, knp, ci64(e, 5), "steps");
+    loop cb;
+    loop_begin(e, fn, &cb, ci64(e, 0), tv[T_WIDTH], nrv);
+    LLVMValueRef valid = smin(e, nrv, LLVMBuildSub(e->b, tv[T_WIDTH], cb.iv, ""));
+    LLVMValueRef nbv = LLVMBuildLShr(e->b, LLVMBuildAdd(e->b, valid, ci64(e, 15), ""), ci64(e, 4), "");
+    LLVMValueRef bw = smin(e, nrv, LLVMBuildSub(e->b, tv[T_LD], cb.iv, ""));
+    LLVMValueRef colstart = LLVMBuildAdd(e->b, tv[T_COLBASE], cb.iv, "");
+    LLVMValueRef bi = LLVMBuildAdd(e->b, LLVMBuildMul(e->b, LLVMBuildSub(e->b, ma, ci64(e, 1), ""), ci64(e, nb), ""),
+                                   LLVMBuildSub(e->b, nbv, ci64(e, 1), ""), "");
+    LLVMValueRef args[AB_NARGS];
+    args[AB_XA] = xp;
+    args[AB_XS] = xs;
+    args[AB_W] = gep(e, e->i16, wp, LLVMBuildAdd(e->b, LLVMBuildAdd(e->b, tv[T_WOFF], LLVMBuildMul(e->b, cb.iv, rows_pad, ""), ""),
+                                                LLVMBuildMul(e->b, r0, bw, ""), ""));
+    args[AB_BW] = bw;
+    args[AB_STEPS] = steps;
+    args[AB_PART] = chunked ? gep(e, e->f32, part, cb.iv) : part;
+    args[AB_FLAGS] = flags;
+    args[AB_Y] = l->cols ? yt : gep(e, e->yty, yt, colstart);
+    args[AB_BK] = gep(e, e->f32, bk, colstart);
+    args[AB_COLS] = e->g_cols ? gep(e, e->i32, e->g_cols, colstart) : LLVMConstNull(e->ptr);
+    args[AB_VALID] = valid;
+    args[AB_MROWS] = mrows;
+    LLVMBuildCall2(e->b, bty, load(e, e->ptr, gep(e, e->ptr, blk_tab, bi), 8), args, AB_NARGS, "");
+    loop_end(e, &cb);
+    loop_end(e, &cl);
+    loop_end(e, &tb);
+    call(e, rel_ty, release, NULL, 0);
+    LLVMBuildRetVoid(e->b);
+    info->rows_emitted = 0;
+    (void)err;
     return TJ_OK;
 }
 
@@ -1290,9 +1729,9 @@ tj_status tj_cpu_emit_module_for(LLVMContextRef llctx, const tj_layer *l, const 
     TJ_TRY(tj_cpu_config_check(cfg, err));
     if (cfg->dtype == TJ_CPU_ACT_BF16 && (cfg->weights != TJ_CPU_WEIGHTS_BF16 || cfg->dot == TJ_CPU_DOT_AUTO))
         return tj_fail(err, TJ_ERR_INTERNAL, "layer '%s': dtype bf16 config not resolved (weights, dot)", l->name);
-    if (plan->pad != cfg->vec)
-        return tj_fail(err, TJ_ERR_INTERNAL, "layer '%s': plan padded to %lld, config vector width %d", l->name,
-                       (long long)plan->pad, cfg->vec);
+    if (plan->pad != cfg->vec || plan->rpad != (cfg->dot == TJ_CPU_DOT_AMX ? TJ_AMX_K : 1))
+        return tj_fail(err, TJ_ERR_INTERNAL, "layer '%s': plan padded to %lld features and %lld rows, not config's", l->name,
+                       (long long)plan->pad, (long long)plan->rpad);
     em e;
     memset(&e, 0, sizeof e);
     e.c = llctx;
@@ -1324,9 +1763,12 @@ tj_status tj_cpu_emit_module_for(LLVMContextRef llctx, const tj_layer *l, const 
     e.xbf = cfg->dtype == TJ_CPU_ACT_BF16;
     e.ybf = cfg->out == TJ_CPU_ACT_BF16;
     e.dp = e.xbf && cfg->dot == TJ_CPU_DOT_DPBF16;
+    e.amx = e.xbf && cfg->dot == TJ_CPU_DOT_AMX;
+    /* every AMX CPU has AVX512-VBMI2 (tj_cpu_host_amx checks it) */
+    e.compress = e.amx || (e.dp && strstr(e.features, "+avx512vbmi2") && strstr(e.features, "+avx512bw"));
     e.xty = e.xbf ? e.i16 : e.f32;
     e.yty = e.ybf ? e.i16 : e.f32;
-    e.xpty = e.dp ? e.i16 : e.f32;
+    e.xpty = e.dp || e.amx ? e.i16 : e.f32;
     e.packed_item = cfg->pack ? cfg->pack : e.xbf;
     e.vptr = LLVMVectorType(e.ptr, (unsigned)e.V);
     LLVMTypeRef mkp[MK_NARGS] = {e.ptr, e.ptr, e.ptr, e.ptr, e.i64, e.i64, e.ptr, e.ptr, e.i64, e.ptr, e.i64, e.i64};
@@ -1348,7 +1790,8 @@ tj_status tj_cpu_emit_module_for(LLVMContextRef llctx, const tj_layer *l, const 
     info->ewv_elems = l->ew_nnz;
     info->fused_act = e.fused_act;
     tj_status s = emit_tables(&e, err);
-    if (s == TJ_OK) s = emit_item(&e, info, err);
+    if (s == TJ_OK && e.compress) s = emit_win_tables(&e, e.amx ? tj_cpu_config_kc(cfg) : INT32_MAX, err);
+    if (s == TJ_OK) s = e.amx ? emit_item_amx(&e, info, err) : emit_item(&e, info, err);
     if (s == TJ_OK) s = emit_post(&e, info, err);
     if (s == TJ_OK && e.oom) s = tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "layer '%s': out of memory emitting IR", l->name);
     if (s == TJ_OK) {
@@ -1378,7 +1821,7 @@ tj_status tj_cpu_emit_ir_text(const tj_layer *l, const char *config_json, char *
     if (cfg.weights == TJ_CPU_WEIGHTS_AUTO) cfg.weights = TJ_CPU_WEIGHTS_F32; /* no weights to look at */
     TJ_TRY(tj_cpu_config_check(&cfg, err));
     tj_plan plan;
-    TJ_TRY(tj_plan_build(l, cfg.vec, &plan, err));
+    TJ_TRY(tj_cpu_plan_build(l, &cfg, &plan, err));
     LLVMContextRef c = LLVMContextCreate();
     LLVMModuleRef m = NULL;
     tj_cpu_emit_info info;

@@ -43,8 +43,12 @@ typedef enum tj_cpu_offsets {
  * out: y as "f32" or "bf16" (rounded to nearest even once, in the epilogue and post pass);
  * dot: the bf16 inner product: "fma" (x and w widened to fp32 in registers, fp32 FMA: AVX2
  *   and up), "dpbf16" (avx512_bf16 vdpbf16ps on pairs of kept rows, vec 16: the weights are
- *   packed as row pairs, the staged X as bf16 pairs), "auto" (dpbf16 where the target CPU has
- *   avx512bf16 and vec is 16, else fma). Only with dtype bf16. */
+ *   packed as row pairs, the staged X as bf16 pairs), "amx" (AMX tiles, TDPBF16PS: the weights
+ *   packed as row pairs with each tile's rows padded to 32, the staged X in k-chunks of kc kept
+ *   rows; mr 16 or 32 tokens and nr 16..64 features per block, at most 8 tiles: (mr/16)·(nr/16)
+ *   accumulators, mr/16 for X and at least one for weights), "auto" (amx where the target CPU
+ *   has AMX-BF16 and Linux granted its state, dpbf16 where it has avx512bf16, with vec 16; else
+ *   fma). Only with dtype bf16. */
 typedef struct tj_cpu_config {
     int mr;
     int nr;
@@ -64,7 +68,7 @@ typedef struct tj_cpu_config {
 
 enum { TJ_CPU_WEIGHTS_AUTO = 0, TJ_CPU_WEIGHTS_F32 = 1, TJ_CPU_WEIGHTS_BF16 = 2 };
 enum { TJ_CPU_ACT_F32 = 0, TJ_CPU_ACT_BF16 = 1 };
-enum { TJ_CPU_DOT_AUTO = 0, TJ_CPU_DOT_FMA = 1, TJ_CPU_DOT_DPBF16 = 2 };
+enum { TJ_CPU_DOT_AUTO = 0, TJ_CPU_DOT_FMA = 1, TJ_CPU_DOT_DPBF16 = 2, TJ_CPU_DOT_AMX = 3 };
 
 /* Identifies this emitter build for object-cache keys: the generator's version and the build
  * time of emit_llvm.c, so a rebuilt emitter never reuses objects of an older one. Borrowed. */
@@ -80,7 +84,8 @@ tj_status tj_cpu_config_from_json(const char *json, tj_cpu_config *out, tj_error
 char *tj_cpu_config_to_json(const tj_cpu_config *c);
 /* Checks a config (vec resolved) for a given layer: register budget, nr multiple of vec. */
 tj_status tj_cpu_config_check(const tj_cpu_config *c, tj_error *err);
-/* Resolves the automatic choices (vec 0, order -1, dot auto) of c for layer l on the host. */
+/* Resolves the automatic choices (vec 0, order -1, dot auto) of c for layer l on the host. A
+ * dot amx config takes the AMX block (mr 32, nr 32) unless c's block is one. */
 void tj_cpu_config_resolve(tj_cpu_config *c, const tj_layer *l);
 /* Tokens per work item and kept rows per k-block after resolving 0 (auto). */
 int64_t tj_cpu_config_mb(const tj_cpu_config *c);
@@ -106,7 +111,7 @@ struct LLVMOpaqueContext;
 struct LLVMOpaqueModule;
 
 /* Builds the module for layer l under config c (vec resolved) in LLVM context llctx.
- * plan: tj_plan_build(l, c->vec) (the weight layout the kernel reads). The host CPU name and
+ * plan: tj_cpu_plan_build(l, c) (the weight layout the kernel reads). The host CPU name and
  * features are attached to each function. Deterministic for the same inputs. */
 tj_status tj_cpu_emit_module(struct LLVMOpaqueContext *llctx, const tj_layer *l, const tj_plan *plan,
                              const tj_cpu_config *c, const char *prefix,
@@ -122,10 +127,17 @@ tj_status tj_cpu_emit_module_for(struct LLVMOpaqueContext *llctx, const tj_layer
  * features are in column blocks of cfg->nr (the last one the padded rest, width bw), each
  * block's kept rows contiguous: block b0 at off + b0·nrows, element (r, c) at r·bw + c. With
  * dot dpbf16, rows 2p and 2p + 1 are interleaved (p·2·bw + 2c + (r & 1)) and an odd last row
- * stays plain. */
+ * stays plain. With dot amx every row is paired (the AMX VNNI layout: pair p of a 16-feature
+ * slice is one 64-byte tile row), nrows is the padded tj_plan_rows and the padding is zeros. */
 void tj_cpu_pack_weights(const tj_plan *p, const tj_cpu_config *cfg, const void *w, tj_dtype wdt, void *dst);
 /* 1 when the host CPU has avx512bf16 (and avx512f). */
 int tj_cpu_host_bf16(void);
+/* 1 when the host CPU has AMX-TILE, AMX-BF16 and avx512bf16 and Linux granted this process the
+ * AMX tile state (asked once, on the first call: base/host.h). */
+int tj_cpu_host_amx(void);
+/* The plan the kernels of config cfg (resolved) read: tiles padded to cfg->vec features, and
+ * with dot amx each tile's kept rows padded to 32 (tj_plan_build_rows). */
+tj_status tj_cpu_plan_build(const tj_layer *l, const tj_cpu_config *cfg, tj_plan *out, tj_error *err);
 
 /* `tilejit gen --target cpu`: the emitted (unoptimised) IR of layer l as text, malloc'ed in
  * *out. config_json may be NULL for the default. */

@@ -167,7 +167,7 @@ int tj_cpu_layout_same(const tj_cpu_config *a, const tj_cpu_config *b)
 {
     /* exactly what tj_plan_build (pad) and tj_cpu_pack_weights read */
     return a->vec == b->vec && a->nr == b->nr && a->weights == b->weights &&
-           (a->dot == TJ_CPU_DOT_DPBF16) == (b->dot == TJ_CPU_DOT_DPBF16);
+           (a->dot == TJ_CPU_DOT_DPBF16) == (b->dot == TJ_CPU_DOT_DPBF16) && (a->dot == TJ_CPU_DOT_AMX) == (b->dot == TJ_CPU_DOT_AMX);
 }
 
 static void packed_release(tj_cpu_packed *pk)
@@ -239,6 +239,9 @@ tj_status tj_cpu_layer_build_shared(tj_cpu_jit *jit, const tj_layer *l, const tj
     if (s == TJ_OK && cl->cfg.dot == TJ_CPU_DOT_DPBF16 && !tj_cpu_host_bf16()) /* LLVM could not select it */
         s = tj_fail(err, TJ_ERR_UNSUPPORTED, "layer '%s': dot dpbf16 needs avx512_bf16, which this CPU (%s) lacks", l->name,
                     tj_host_cpu_name());
+    if (s == TJ_OK && cl->cfg.dot == TJ_CPU_DOT_AMX && !tj_cpu_host_amx())
+        s = tj_fail(err, TJ_ERR_UNSUPPORTED, "layer '%s': dot amx needs AMX-BF16 and the kernel's permission for its tile state, "
+                    "which this CPU (%s) or system lacks", l->name, tj_host_cpu_name());
     if (s != TJ_OK) goto fail;
     for (int i = 0; i < npeers && !cl->pk; i++)
         if (peers[i] && peers[i]->l == l && peers[i]->pk->src == w->w && tj_cpu_layout_same(&peers[i]->cfg, &cl->cfg)) {
@@ -255,7 +258,7 @@ tj_status tj_cpu_layer_build_shared(tj_cpu_jit *jit, const tj_layer *l, const tj
         cl->pk->cfg = cl->cfg;
         cl->pk->src = w->w;
         cl->packed_here = 1;
-        s = tj_plan_build(l, cl->cfg.vec, &cl->pk->plan, err);
+        s = tj_cpu_plan_build(l, &cl->cfg, &cl->pk->plan, err);
         if (s != TJ_OK) goto fail;
     }
 
