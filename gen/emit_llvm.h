@@ -101,6 +101,9 @@ typedef struct tj_cpu_emit_info {
                           *           const float *bk, int64_t slot, int64_t m0, int64_t m1) */
     char post_name[96];  /* void post(const void *x, void *y, const float *ewv,
                           *           const float *bias, int64_t m0, int64_t m1), or "" */
+    char prep_name[96];  /* void prep(const void *x, void *xt, int64_t m0, int64_t m1), or "":
+                          * dot amx transposes x into xt (tj_cpu_xt_elems) first, tokens
+                          * [m0, m1) of one 32-token block per call, and item reads xt, not x */
     int64_t bk_elems;    /* bias in kept-column order, padded: floats the caller allocates */
     int64_t ewv_elems;   /* ew weights in CSR order (ew_nnz) */
     int fused_act;       /* 1: item applies the activation itself (no ew) */
@@ -138,6 +141,10 @@ int tj_cpu_host_amx(void);
 /* The plan the kernels of config cfg (resolved) read: tiles padded to cfg->vec features, and
  * with dot amx each tile's kept rows padded to 32 (tj_plan_build_rows). */
 tj_status tj_cpu_plan_build(const tj_layer *l, const tj_cpu_config *cfg, tj_plan *out, tj_error *err);
+
+/* Elements (bf16) of the transpose a dot amx layer's prep writes for M tokens: 32-token blocks
+ * of K rounded up to 32 rows of 32 tokens. */
+int64_t tj_cpu_xt_elems(const tj_layer *l, int64_t m);
 
 /* `tilejit gen --target cpu`: the emitted (unoptimised) IR of layer l as text, malloc'ed in
  * *out. config_json may be NULL for the default. */

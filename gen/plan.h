@@ -19,8 +19,8 @@ typedef struct tj_plan {
 
 tj_status tj_plan_build(const tj_layer *l, int64_t pad, tj_plan *out, tj_error *err);
 /* The same with each tile's block holding tj_plan_rows(p, t) rows, its kept rows rounded up to a
- * multiple of rpad (the AMX kernel's k-steps of 32 read whole steps): off[t + 1] − off[t] =
- * ld[t] · tj_plan_rows(p, t). rpad 1 is tj_plan_build. */
+ * multiple of rpad (the AMX kernel reads whole k-steps of 32): the block is ld[t] ·
+ * tj_plan_rows(p, t) elements. rpad 1 is tj_plan_build. */
 tj_status tj_plan_build_rows(const tj_layer *l, int64_t pad, int64_t rpad, tj_plan *out, tj_error *err);
 int64_t tj_plan_rows(const tj_plan *p, int64_t t);
 void tj_plan_free(tj_plan *p);

@@ -62,11 +62,15 @@ void tj_cpu_layer_key(tj_cache_key *k, const tj_layer *l, const tj_cpu_config *c
 
 static tj_status add_object(tj_cpu_jit *jit, tj_cpu_layer *cl, const void *obj, size_t len, tj_error *err)
 {
-    const char *names[2] = {cl->info.item_name, cl->info.post_name};
-    void *addr[2] = {NULL, NULL};
-    TJ_TRY(tj_cpu_jit_add_object(jit, obj, len, names, cl->info.post_name[0] ? 2 : 1, addr, err));
+    const char *names[3] = {cl->info.item_name, NULL, NULL};
+    void *addr[3] = {NULL, NULL, NULL};
+    int n = 1, ipost = 0, iprep = 0;
+    if (cl->info.post_name[0]) names[ipost = n++] = cl->info.post_name;
+    if (cl->info.prep_name[0]) names[iprep = n++] = cl->info.prep_name;
+    TJ_TRY(tj_cpu_jit_add_object(jit, obj, len, names, n, addr, err));
     cl->item = (tj_cpu_item_fn)(uintptr_t)addr[0];
-    cl->post = (tj_cpu_post_fn)(uintptr_t)addr[1];
+    cl->post = ipost ? (tj_cpu_post_fn)(uintptr_t)addr[ipost] : NULL;
+    cl->prep = iprep ? (tj_cpu_prep_fn)(uintptr_t)addr[iprep] : NULL;
     return TJ_OK;
 }
 
@@ -92,6 +96,7 @@ static int load_cached(tj_cpu_jit *jit, tj_cache *cache, const tj_cache_key *key
         memcpy(&cl->info, p + 12, sizeof cl->info);
         cl->info.item_name[sizeof cl->info.item_name - 1] = '\0';
         cl->info.post_name[sizeof cl->info.post_name - 1] = '\0';
+        cl->info.prep_name[sizeof cl->info.prep_name - 1] = '\0';
         tj_error aerr;
         if (add_object(jit, cl, p + hdr, len - hdr, &aerr) != TJ_OK) ok = 2;
     }
@@ -284,7 +289,9 @@ fail:
 
 typedef struct run_args {
     const tj_cpu_layer *cl;
-    const void *x;
+    const void *x;   /* the caller's x: post and prep read it */
+    const void *xin; /* what the items read: x, or prep's transpose of it */
+    void *xt;
     void *y;
     int64_t m, nchunks, chunk;
 } run_args;
@@ -307,7 +314,13 @@ static void run_item(void *vp, int64_t i)
     int64_t slot = a->cl->cfg.order ? spread_slot(i % ntiles, ntiles) : i / a->nchunks,
             c = a->cl->cfg.order ? i / ntiles : i % a->nchunks;
     int64_t m0 = c * a->chunk, m1 = m0 + a->chunk < a->m ? m0 + a->chunk : a->m;
-    a->cl->item(a->x, a->y, a->cl->pk->wp, a->cl->pk->bk, slot, m0, m1);
+    a->cl->item(a->xin, a->y, a->cl->pk->wp, a->cl->pk->bk, slot, m0, m1);
+}
+
+static void run_prep(void *vp, int64_t i)
+{
+    const run_args *a = vp;
+    a->cl->prep(a->x, a->xt, 32 * i, 32 * i + 32 < a->m ? 32 * i + 32 : a->m);
 }
 
 static void run_post(void *vp, int64_t i)
@@ -317,18 +330,30 @@ static void run_post(void *vp, int64_t i)
     a->cl->post(a->x, a->y, a->cl->pk->ewv, a->cl->pk->bias, m0, m1);
 }
 
-void tj_cpu_layer_run(const tj_cpu_layer *cl, tj_pool *pool, int threads, const void *x, int64_t m, void *y)
+enum { SCRATCH_HOST, SCRATCH_XT, SCRATCH_SLOTS };
+static void *scratch_get(int slot, size_t n, void **own);
+
+tj_status tj_cpu_layer_run(const tj_cpu_layer *cl, tj_pool *pool, int threads, const void *x, int64_t m, void *y)
 {
-    if (m <= 0) return;
+    if (m <= 0) return TJ_OK;
     /* small calls on the calling thread alone: never slower on N threads than on 1 */
     if (tj_cpu_serial_call(cl->cfg.serial, m, cl->kept)) threads = 1;
-    run_args a = {cl, x, y, m, 0, cl->mb};
+    run_args a = {cl, x, x, NULL, y, m, 0, cl->mb};
+    void *own = NULL;
+    if (cl->prep) { /* dot amx: x transposed once into the caller's scratch, read by every tile */
+        if (!(a.xt = scratch_get(SCRATCH_XT, (size_t)tj_cpu_xt_elems(cl->l, m) * 2, &own))) return TJ_ERR_OUT_OF_MEMORY;
+        a.xin = a.xt;
+        int64_t nblk = (m + 31) / 32;
+        tj_pool_run(pool, nblk > 2 ? threads : 1, nblk, run_prep, &a);
+    }
     a.nchunks = (m + a.chunk - 1) / a.chunk;
     tj_pool_run(pool, threads, cl->l->ntiles * a.nchunks, run_item, &a);
     if (cl->post) {
         a.chunk = 16;
         tj_pool_run(pool, threads, (m + a.chunk - 1) / a.chunk, run_post, &a);
     }
+    free(own);
+    return TJ_OK;
 }
 
 /* ---------------------------------------------------------------- per-thread scratch */
@@ -339,8 +364,8 @@ void tj_cpu_layer_run(const tj_cpu_layer *cl, tj_pool *pool, int threads, const 
  * context (tj_cpu_context_release) and, for the calling thread, when the library is unloaded.
  * Pool workers never touch it: the caller waits for them. */
 typedef struct scratch {
-    void *p;
-    size_t cap;
+    void *p[SCRATCH_SLOTS]; /* SCRATCH_HOST: bf16 x and y of cpu_linear; SCRATCH_XT: xt of a call */
+    size_t cap[SCRATCH_SLOTS];
 } scratch;
 
 static pthread_key_t scratch_key;
@@ -351,7 +376,7 @@ static void scratch_destroy(void *vp)
 {
     scratch *sc = vp;
     if (!sc) return;
-    free(sc->p);
+    for (int i = 0; i < SCRATCH_SLOTS; i++) free(sc->p[i]);
     free(sc);
 }
 
@@ -367,15 +392,15 @@ __attribute__((destructor)) static void scratch_unload(void)
     pthread_key_delete(scratch_key);
 }
 
-/* n bytes of the calling thread's scratch, 64-byte aligned; without a usable key a fresh buffer
- * the caller frees (*own). NULL when out of memory. */
-static void *scratch_get(size_t n, void **own)
+/* n bytes of the calling thread's scratch buffer `slot`, 64-byte aligned; without a usable key
+ * a fresh buffer the caller frees (*own). NULL when out of memory. */
+static void *scratch_get(int slot, size_t n, void **own)
 {
     *own = NULL;
     pthread_once(&scratch_once, scratch_init);
     if (atomic_load(&scratch_state) != 1) return *own = aligned_alloc(64, (n + 63) & ~(size_t)63);
     scratch *sc = pthread_getspecific(scratch_key);
-    if (sc && sc->cap >= n) return sc->p;
+    if (sc && sc->cap[slot] >= n) return sc->p[slot];
     if (!sc) {
         if (!(sc = calloc(1, sizeof *sc))) return NULL;
         if (pthread_setspecific(scratch_key, sc) != 0) {
@@ -383,19 +408,21 @@ static void *scratch_get(size_t n, void **own)
             return NULL;
         }
     }
-    size_t cap = sc->cap + sc->cap / 2 > n ? sc->cap + sc->cap / 2 : n; /* M often grows in steps */
+    size_t cap = sc->cap[slot] + sc->cap[slot] / 2 > n ? sc->cap[slot] + sc->cap[slot] / 2 : n; /* M often grows in steps */
     cap = (cap + 63) & ~(size_t)63;
-    free(sc->p);
-    sc->p = aligned_alloc(64, cap);
-    sc->cap = sc->p ? cap : 0;
-    return sc->p;
+    free(sc->p[slot]);
+    sc->p[slot] = aligned_alloc(64, cap);
+    sc->cap[slot] = sc->p[slot] ? cap : 0;
+    return sc->p[slot];
 }
 
 size_t tj_cpu_thread_scratch_bytes(void)
 {
     if (atomic_load(&scratch_state) != 1) return 0;
     const scratch *sc = pthread_getspecific(scratch_key);
-    return sc ? sc->cap : 0;
+    size_t n = 0;
+    for (int i = 0; sc && i < SCRATCH_SLOTS; i++) n += sc->cap[i];
+    return n;
 }
 
 void tj_cpu_thread_scratch_release(void)
@@ -586,7 +613,8 @@ static tj_status cpu_linear(tj_model *m, int64_t layer, const tj_linear_args *a,
     const cpu_layer_set *ls = &cm->layers[layer];
     const tj_cpu_layer *cl = ls->var[ls->pick[bucket_of(a->m)]];
     if (!cl->cfg.dtype && !cl->cfg.out) {
-        tj_cpu_layer_run(cl, cm->pool, 0, a->x32, a->m, a->y32);
+        if (tj_cpu_layer_run(cl, cm->pool, 0, a->x32, a->m, a->y32) != TJ_OK)
+            return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "layer '%s': out of memory for the call's scratch", cl->l->name);
         return TJ_OK;
     }
     /* a bf16 kernel behind the fp32 host interface: round x once, widen y back, in the calling
@@ -594,13 +622,14 @@ static tj_status cpu_linear(tj_model *m, int64_t layer, const tj_linear_args *a,
     size_t nx = (size_t)(a->m * cl->l->k), ny = (size_t)(a->m * cl->l->n);
     size_t xbytes = cl->cfg.dtype ? (nx * 2 + 2 + 63) & ~(size_t)63 : 0, ybytes = cl->cfg.out ? ny * 2 + 2 : 0;
     void *own;
-    char *buf = scratch_get(xbytes + ybytes, &own);
+    char *buf = scratch_get(SCRATCH_HOST, xbytes + ybytes, &own);
     if (!buf) return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory");
     uint16_t *xb = cl->cfg.dtype ? (uint16_t *)buf : NULL, *yb = cl->cfg.out ? (uint16_t *)(buf + xbytes) : NULL;
     if (xb) tj_convert_from_f32(a->x32, (int64_t)nx, TJ_BF16, xb);
-    tj_cpu_layer_run(cl, cm->pool, 0, xb ? (const void *)xb : a->x32, a->m, yb ? (void *)yb : a->y32);
-    if (yb) tj_convert_to_f32(yb, TJ_BF16, (int64_t)ny, a->y32);
+    tj_status s = tj_cpu_layer_run(cl, cm->pool, 0, xb ? (const void *)xb : a->x32, a->m, yb ? (void *)yb : a->y32);
+    if (s == TJ_OK && yb) tj_convert_to_f32(yb, TJ_BF16, (int64_t)ny, a->y32);
     free(own);
+    if (s != TJ_OK) return tj_fail(err, s, "layer '%s': out of memory for the call's scratch", cl->l->name);
     return TJ_OK;
 }
 

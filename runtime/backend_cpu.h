@@ -18,6 +18,7 @@ typedef void (*tj_cpu_item_fn)(const void *x, void *y, const void *wp, const flo
                                int64_t m0, int64_t m1);
 typedef void (*tj_cpu_post_fn)(const void *x, void *y, const float *ewv, const float *bias, int64_t m0,
                                int64_t m1);
+typedef void (*tj_cpu_prep_fn)(const void *x, void *xt, int64_t m0, int64_t m1);
 
 /* A layer's packed weights in one layout, with its bias and ew values: built once and shared
  * by every variant (per-M config) of the layer whose config packs the same way
@@ -50,6 +51,7 @@ typedef struct tj_cpu_layer {
     tj_cpu_emit_info info;
     tj_cpu_item_fn item;
     tj_cpu_post_fn post;
+    tj_cpu_prep_fn prep;  /* dot amx: x → its transpose, before the items; else NULL */
     int64_t mb;           /* tokens per work item */
     int64_t kept;         /* kept weights (tj_layer_kept), for the serial rule */
     double emit_seconds, compile_seconds, pack_seconds;
@@ -76,9 +78,11 @@ void tj_cpu_layer_free(tj_cpu_layer *cl);
 void tj_cpu_layer_key(tj_cache_key *k, const tj_layer *l, const tj_cpu_config *cfg, const char *prefix);
 /* y [m × n] = layer(x [m × k]), row-major, on at most `threads` threads of pool (NULL pool or
  * threads 1: the calling thread). x is fp32, or raw bf16 with cfg.dtype bf16; y fp32, or bf16
- * with cfg.out bf16. Results do not depend on the thread count. */
-void tj_cpu_layer_run(const tj_cpu_layer *cl, tj_pool *pool, int threads, const void *x, int64_t m,
-                      void *y);
+ * with cfg.out bf16. Results do not depend on the thread count. A layer with a prep pass (dot
+ * amx) transposes x into the calling thread's scratch first: TJ_ERR_OUT_OF_MEMORY when that
+ * cannot grow (y untouched); else TJ_OK. */
+tj_status tj_cpu_layer_run(const tj_cpu_layer *cl, tj_pool *pool, int threads, const void *x, int64_t m,
+                           void *y);
 
 /* The context's pool, created on first use under c->lock (opt.threads, 0: all cores). */
 tj_status tj_cpu_context_pool(tj_context *c, tj_pool **out, tj_error *err);

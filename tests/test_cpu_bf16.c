@@ -1,8 +1,11 @@
 /* Suite 'cpu': bf16 activations on the CPU backend. Every dtype-bf16 config of the tuner's space
- * that the host can run, against the reference on fresh random data; the vdpbf16ps kernel
- * emitted for Sapphire Rapids and its object code disassembled (runs on any x86-64 host).
- *   test_cpu_bf16            fma configs + codegen; dpbf16 configs counted as skipped
- *   test_cpu_bf16 dpbf16     the dpbf16 configs only; exit 77 where the CPU lacks avx512bf16 */
+ * that the host can run, against the reference on fresh random data; the vdpbf16ps and AMX
+ * kernels emitted for Sapphire Rapids and their object code disassembled (runs on any x86-64
+ * host).
+ *   test_cpu_bf16            fma configs, codegen, the model path; dpbf16/amx configs skipped
+ *   test_cpu_bf16 dpbf16     the dpbf16 configs; exit 77 where the CPU lacks avx512bf16
+ *   test_cpu_bf16 amx        the AMX configs, and the decode shapes (M = 1..8, SmolLM2) through
+ *                            the default precision; exit 77 without AMX-BF16 (or its permission) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,7 +44,7 @@ static const bcase cases[] = {
     {"fp32 weights", 256, 160, 64, 0.75, 1, 0, 0, TJ_ACT_NONE, TJ_F32, 1}, /* rounded at packing (no ew: ew stays fp32) */
     {"single", 1, 1, 1, 0.0, 1, 0, 0, TJ_ACT_NONE, TJ_BF16, 1},
 };
-static const int64_t ms[] = {1, 3, 13, 29, 100};
+static const int64_t ms[] = {1, 3, 13, 29, 100, 161};
 
 /* One config × case × M: returns 0 when a bound fails. */
 static void check(tj_cpu_jit *jit, tj_pool *pool, const tj_cpu_config *cfg, int *id)
@@ -147,22 +150,30 @@ static void test_codegen(void)
     tj_layer l;
     void *w = NULL, *b = NULL;
     if (!tj_test_case_make(&c, 5, &l, &w, &b)) { CHECK(0); return; }
-    for (int dot = TJ_CPU_DOT_FMA; dot <= TJ_CPU_DOT_DPBF16; dot++) {
+    /* fma; dpbf16 with the gather and with vpcompressw staging (VBMI2); amx */
+    static const struct { int dot; const char *features; } kinds[] = {
+        {TJ_CPU_DOT_FMA, ""}, {TJ_CPU_DOT_DPBF16, "-avx512vbmi2"}, {TJ_CPU_DOT_DPBF16, ""}, {TJ_CPU_DOT_AMX, ""}};
+    for (size_t ki = 0; ki < sizeof kinds / sizeof *kinds; ki++) {
+        int dot = kinds[ki].dot;
         tj_cpu_config cfg = tj_cpu_config_default();
         cfg.mr = 6, cfg.nr = 64, cfg.vec = 16, cfg.dtype = TJ_CPU_ACT_BF16, cfg.weights = TJ_CPU_WEIGHTS_BF16;
         cfg.dot = dot, cfg.out = TJ_CPU_ACT_BF16, cfg.order = 0;
+        tj_cpu_config_resolve(&cfg, &l); /* amx: its block */
         tj_error err;
         tj_plan plan;
-        CHECK_OK(tj_plan_build(&l, 16, &plan, &err), &err);
+        CHECK_OK(tj_cpu_plan_build(&l, &cfg, &plan, &err), &err);
         LLVMContextRef ctx = LLVMContextCreate();
         LLVMModuleRef mod = NULL;
         tj_cpu_emit_info info;
-        CHECK_OK(tj_cpu_emit_module_for(ctx, &l, &plan, &cfg, "tj", "sapphirerapids", "", &mod, &info, &err), &err);
+        /* the emitter reads the feature string for VBMI2: name Sapphire Rapids' own */
+        const char *feat = kinds[ki].features[0] ? "+avx512f,+avx512bw,+avx512bf16,-avx512vbmi2" : "+avx512f,+avx512bw,+avx512bf16,+avx512vbmi2,+amx-tile,+amx-bf16";
+        CHECK_OK(tj_cpu_emit_module_for(ctx, &l, &plan, &cfg, "tj", "sapphirerapids", feat, &mod, &info, &err), &err);
+        CHECKF(!!info.prep_name[0] == (dot == TJ_CPU_DOT_AMX), "dot %d: prep '%s'", dot, info.prep_name);
         char *msg = NULL;
         LLVMTargetRef t = NULL;
         LLVMMemoryBufferRef obj = NULL;
         if (mod && LLVMGetTargetFromTriple(triple, &t, &msg) == 0) {
-            LLVMTargetMachineRef tm = LLVMCreateTargetMachine(t, triple, "sapphirerapids", "", LLVMCodeGenLevelDefault,
+            LLVMTargetMachineRef tm = LLVMCreateTargetMachine(t, triple, "sapphirerapids", feat, LLVMCodeGenLevelDefault,
                                                               LLVMRelocPIC, LLVMCodeModelSmall);
             LLVMSetTarget(mod, triple);
             if (LLVMTargetMachineEmitToMemoryBuffer(tm, mod, LLVMObjectFile, &msg, &obj)) obj = NULL;
@@ -172,9 +183,19 @@ static void test_codegen(void)
         LLVMDisposeMessage(msg);
         if (obj) {
             int n = count_mnemonic(obj, triple, "sapphirerapids", "vdpbf16ps");
+            int nt = count_mnemonic(obj, triple, "sapphirerapids", "tdpbf16ps");
+            int ncfg = count_mnemonic(obj, triple, "sapphirerapids", "ldtilecfg");
+            int nrel = count_mnemonic(obj, triple, "sapphirerapids", "tilerelease");
+            int ncomp = count_mnemonic(obj, triple, "sapphirerapids", "vpcompressw");
             if (dot == TJ_CPU_DOT_DPBF16) CHECKF(n > 0, "dpbf16 kernel: %d vdpbf16ps in the object code", n);
-            else CHECKF(n == 0, "fma kernel: %d vdpbf16ps in the object code (expected none)", n);
-            fprintf(stderr, "codegen sapphirerapids dot %s: %d vdpbf16ps instructions\n", dot == TJ_CPU_DOT_DPBF16 ? "dpbf16" : "fma", n);
+            else CHECKF(n == 0, "%s kernel: %d vdpbf16ps in the object code (expected none)", dot == TJ_CPU_DOT_AMX ? "amx" : "fma", n);
+            if (dot == TJ_CPU_DOT_AMX)
+                CHECKF(nt > 0 && ncfg > 0 && nrel > 0, "amx kernel: %d tdpbf16ps, %d ldtilecfg, %d tilerelease", nt, ncfg, nrel);
+            else CHECKF(nt == 0 && ncfg == 0, "%d tdpbf16ps, %d ldtilecfg outside the amx kernel", nt, ncfg);
+            if (dot == TJ_CPU_DOT_DPBF16)
+                CHECKF(!!ncomp == !kinds[ki].features[0], "dpbf16 %s VBMI2: %d vpcompressw", kinds[ki].features[0] ? "without" : "with", ncomp);
+            fprintf(stderr, "codegen sapphirerapids dot %s%s: %d vdpbf16ps, %d tdpbf16ps, %d ldtilecfg, %d tilerelease, %d vpcompressw\n",
+                    dot == TJ_CPU_DOT_AMX ? "amx" : dot == TJ_CPU_DOT_DPBF16 ? "dpbf16" : "fma", kinds[ki].features, n, nt, ncfg, nrel, ncomp);
             LLVMDisposeMemoryBuffer(obj);
         }
         if (mod) LLVMDisposeModule(mod);
@@ -245,7 +266,9 @@ static void test_model_path(void)
 
 int main(int argc, char **argv)
 {
-    int want_dp = argc > 1 && strcmp(argv[1], "dpbf16") == 0;
+    int want = argc > 1 && strcmp(argv[1], "dpbf16") == 0 ? TJ_CPU_DOT_DPBF16
+             : argc > 1 && strcmp(argv[1], "amx") == 0  ? TJ_CPU_DOT_AMX
+                                                        : TJ_CPU_DOT_FMA;
     tj_error err;
     tj_cpu_jit *jit = NULL;
     tj_pool *pool = NULL;
@@ -253,16 +276,17 @@ int main(int argc, char **argv)
         fprintf(stderr, "no LLVM JIT here: %s\n", err.msg);
         return 77;
     }
-    if (want_dp && !tj_cpu_host_bf16()) {
+    if ((want == TJ_CPU_DOT_DPBF16 && !tj_cpu_host_bf16()) || (want == TJ_CPU_DOT_AMX && !tj_cpu_host_amx())) {
         char *cpu = LLVMGetHostCPUName();
-        fprintf(stderr, "skipped: this CPU (%s) has no avx512_bf16, so the vdpbf16ps kernels cannot run here "
-                        "(their object code is checked by test cpu_bf16)\n", cpu);
+        fprintf(stderr, "skipped: this CPU (%s) %s, so the %s kernels cannot run here (their object code is checked by test "
+                        "cpu_bf16)\n", cpu, want == TJ_CPU_DOT_AMX ? "has no AMX-BF16, or Linux refused its tile state" : "has no avx512_bf16",
+                want == TJ_CPU_DOT_AMX ? "AMX" : "vdpbf16ps");
         LLVMDisposeMessage(cpu);
         tj_cpu_jit_destroy(jit);
         return 77;
     }
     CHECK_OK(tj_pool_create(3, &pool, &err), &err);
-    if (!want_dp) {
+    if (want == TJ_CPU_DOT_FMA) {
         test_codegen();
         test_model_path();
     }
@@ -272,9 +296,8 @@ int main(int argc, char **argv)
         tj_cpu_config c = space[ci];
         if (c.dtype != TJ_CPU_ACT_BF16) continue;
         if (c.vec == 0) c.vec = host;
-        int dp = c.dot == TJ_CPU_DOT_DPBF16;
-        if (dp != want_dp) continue;
-        if (c.vec > host || (dp && !tj_cpu_host_bf16()) || tj_cpu_config_check(&c, NULL) != TJ_OK) {
+        if (c.dot != want) continue;
+        if (c.vec > host || tj_cpu_config_check(&c, NULL) != TJ_OK) {
             skipped++;
             continue;
         }
