@@ -186,6 +186,26 @@ void tj_cpu_config_resolve(tj_cpu_config *c, const tj_layer *l)
     }
 }
 
+void tj_cpu_config_resolve_m(tj_cpu_config *c, const tj_layer *l, int64_t m)
+{
+    int vec = c->vec ? c->vec : tj_cpu_host_vec();
+    if (c->dtype == TJ_CPU_ACT_BF16 && c->dot == TJ_CPU_DOT_AUTO && vec == 16 && tj_cpu_host_amx() && m > 0) {
+        /* measured (bench/RESULTS.md, issue 25): at M = 1 vdpbf16ps beats a 16-row tile 1.3-1.6×;
+         * at M = 16 the 16 × 64 block beats 32 × 32 by 10-25 % */
+        if (m <= 8) c->dot = TJ_CPU_DOT_DPBF16;
+        else if (m <= 16) c->dot = TJ_CPU_DOT_AMX, c->mr = 16, c->nr = 64;
+    }
+    tj_cpu_config_resolve(c, l);
+}
+
+int tj_cpu_config_json_has(const char *json, const char *key)
+{
+    json_t *o = json && *json ? json_loads(json, 0, NULL) : NULL;
+    int has = json_object_get(o, key) != NULL;
+    json_decref(o);
+    return has;
+}
+
 int64_t tj_cpu_xt_elems(const tj_layer *l, int64_t m)
 {
     return (m + 31) / 32 * ((l->k + TJ_AMX_K - 1) / TJ_AMX_K * TJ_AMX_K) * 32;
@@ -1424,18 +1444,23 @@ static LLVMValueRef lanes_below(em *e, int n, LLVMValueRef lim)
 /* prep(x, xt, m0, m1): tokens [m0, m1) (m0 a multiple of 32, m1 − m0 ≤ 32) of x [M × K] into
  * block m0/32 of xt: xt[b·Kp·32 + k·32 + t] = x[32b + t][k], Kp = K rounded up to 32, zeros
  * past K and past m1. 32 × 32 blocks: masked loads of 32 token rows, an in-register transpose,
- * 32 aligned line stores. */
-static void emit_amx_prep(em *e, tj_cpu_emit_info *info)
+ * 32 aligned line stores. x is bf16; with f32 (the prepf entry) fp32, rounded to bf16 on the
+ * way (the fp32 host interface then needs no separate rounding pass). */
+static void emit_amx_prep(em *e, char *name, size_t name_len, int f32)
 {
     const tj_layer *l = e->l;
     int64_t kp = (l->k + TJ_AMX_K - 1) / TJ_AMX_K * TJ_AMX_K;
-    snprintf(info->prep_name, sizeof info->prep_name, "%s_prep", e->prefix);
+    snprintf(name, name_len, "%s_prep%s", e->prefix, f32 ? "f" : "");
     LLVMTypeRef ps[4] = {e->ptr, e->ptr, e->i64, e->i64};
-    LLVMValueRef fn = new_fn(e, info->prep_name, LLVMFunctionType(e->voidt, ps, 4, 0), 0);
+    LLVMValueRef fn = new_fn(e, name, LLVMFunctionType(e->voidt, ps, 4, 0), 0);
     LLVMValueRef x = LLVMGetParam(fn, 0), xt = LLVMGetParam(fn, 1), m0 = LLVMGetParam(fn, 2), m1 = LLVMGetParam(fn, 3);
     LLVMPositionBuilderAtEnd(e->b, LLVMAppendBasicBlockInContext(e->c, fn, "entry"));
-    LLVMTypeRef v32 = LLVMVectorType(e->i16, 32), ld_ov[2] = {v32, e->ptr}, ld_ty;
+    LLVMTypeRef v32 = LLVMVectorType(e->i16, 32), ld_ov[2] = {v32, e->ptr}, ld_ty, fl_ov[2] = {e->vf, e->ptr}, fl_ty;
     LLVMValueRef mload = intrinsic(e, "llvm.masked.load", ld_ov, 2, &ld_ty);
+    LLVMValueRef fload = intrinsic(e, "llvm.masked.load", fl_ov, 2, &fl_ty);
+    LLVMValueRef lo16[16], hi16[16], cat[32];
+    for (int i = 0; i < 16; i++) lo16[i] = ci32(e, i), hi16[i] = ci32(e, 16 + i);
+    for (int i = 0; i < 32; i++) cat[i] = ci32(e, i);
     LLVMValueRef blk = gep(e, e->i16, xt, LLVMBuildMul(e->b, LLVMBuildSDiv(e->b, m0, ci64(e, 32), ""), ci64(e, kp * 32), ""));
     LLVMValueRef ntok = LLVMBuildSub(e->b, m1, m0, "");
     loop kl;
@@ -1445,10 +1470,20 @@ static void emit_amx_prep(em *e, tj_cpu_emit_info *info)
     for (int t = 0; t < 32; t++) {
         LLVMValueRef ok = LLVMBuildICmp(e->b, LLVMIntSLT, ci64(e, t), ntok, "");
         LLVMValueRef row = LLVMBuildSelect(e->b, ok, LLVMBuildAdd(e->b, m0, ci64(e, t), ""), m0, "");
-        LLVMValueRef src = gep(e, e->i16, x, LLVMBuildAdd(e->b, LLVMBuildMul(e->b, row, ci64(e, l->k), ""), kl.iv, ""));
+        LLVMValueRef src = gep(e, f32 ? e->f32 : e->i16, x, LLVMBuildAdd(e->b, LLVMBuildMul(e->b, row, ci64(e, l->k), ""), kl.iv, ""));
         LLVMValueRef m = LLVMBuildSelect(e->b, ok, kmask, LLVMConstNull(LLVMTypeOf(kmask)), "");
-        LLVMValueRef a[4] = {src, ci32(e, 2), m, LLVMConstNull(v32)};
-        v[t] = call(e, ld_ty, mload, a, 4);
+        if (!f32) {
+            LLVMValueRef a[4] = {src, ci32(e, 2), m, LLVMConstNull(v32)};
+            v[t] = call(e, ld_ty, mload, a, 4);
+            continue;
+        }
+        LLVMValueRef half[2];
+        for (int h = 0; h < 2; h++) {
+            LLVMValueRef mh = LLVMBuildShuffleVector(e->b, m, LLVMGetPoison(LLVMTypeOf(m)), LLVMConstVector(h ? hi16 : lo16, 16), "");
+            LLVMValueRef a[4] = {gep(e, e->f32, src, ci64(e, 16 * h)), ci32(e, 4), mh, LLVMConstNull(e->vf)};
+            half[h] = bf16_round(e, call(e, fl_ty, fload, a, 4));
+        }
+        v[t] = LLVMBuildShuffleVector(e->b, half[0], half[1], LLVMConstVector(cat, 32), "");
     }
     transpose_square(e, v, 32);
     LLVMValueRef dst = gep(e, e->i16, blk, LLVMBuildMul(e->b, kl.iv, ci64(e, 32), ""));
@@ -1738,7 +1773,8 @@ static tj_status emit_item_amx(em *e, tj_cpu_emit_info *info, tj_error *err)
     call(e, rel_ty, release, NULL, 0);
     LLVMBuildRetVoid(e->b);
     info->rows_emitted = 0;
-    emit_amx_prep(e, info);
+    emit_amx_prep(e, info->prep_name, sizeof info->prep_name, 0);
+    emit_amx_prep(e, info->prepf_name, sizeof info->prepf_name, 1);
     (void)err;
     return TJ_OK;
 }

@@ -87,6 +87,12 @@ tj_status tj_cpu_config_check(const tj_cpu_config *c, tj_error *err);
 /* Resolves the automatic choices (vec 0, order -1, dot auto) of c for layer l on the host. A
  * dot amx config takes the AMX block (mr 32, nr 32) unless c's block is one. */
 void tj_cpu_config_resolve(tj_cpu_config *c, const tj_layer *l);
+/* The same for calls of m tokens (0: unknown, large). The built-in choice of a bf16 config's
+ * automatic dot on an AMX host: m ≤ 8 dpbf16 (a 16-token tile would be mostly idle), m ≤ 16 the
+ * amx block 16 × 64, above it 32 × 32. */
+void tj_cpu_config_resolve_m(tj_cpu_config *c, const tj_layer *l, int64_t m);
+/* 1 when the JSON object text names `key` (a config's explicit choice), else 0. */
+int tj_cpu_config_json_has(const char *json, const char *key);
 /* Tokens per work item and kept rows per k-block after resolving 0 (auto). */
 int64_t tj_cpu_config_mb(const tj_cpu_config *c);
 int64_t tj_cpu_config_kc(const tj_cpu_config *c);
@@ -104,6 +110,7 @@ typedef struct tj_cpu_emit_info {
     char prep_name[96];  /* void prep(const void *x, void *xt, int64_t m0, int64_t m1), or "":
                           * dot amx transposes x into xt (tj_cpu_xt_elems) first, tokens
                           * [m0, m1) of one 32-token block per call, and item reads xt, not x */
+    char prepf_name[96]; /* the same prep reading fp32 x (rounded to bf16 on the way), or "" */
     int64_t bk_elems;    /* bias in kept-column order, padded: floats the caller allocates */
     int64_t ewv_elems;   /* ew weights in CSR order (ew_nnz) */
     int fused_act;       /* 1: item applies the activation itself (no ew) */

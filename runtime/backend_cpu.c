@@ -62,15 +62,17 @@ void tj_cpu_layer_key(tj_cache_key *k, const tj_layer *l, const tj_cpu_config *c
 
 static tj_status add_object(tj_cpu_jit *jit, tj_cpu_layer *cl, const void *obj, size_t len, tj_error *err)
 {
-    const char *names[3] = {cl->info.item_name, NULL, NULL};
-    void *addr[3] = {NULL, NULL, NULL};
-    int n = 1, ipost = 0, iprep = 0;
+    const char *names[4] = {cl->info.item_name, NULL, NULL, NULL};
+    void *addr[4] = {NULL, NULL, NULL, NULL};
+    int n = 1, ipost = 0, iprep = 0, iprepf = 0;
     if (cl->info.post_name[0]) names[ipost = n++] = cl->info.post_name;
     if (cl->info.prep_name[0]) names[iprep = n++] = cl->info.prep_name;
+    if (cl->info.prepf_name[0]) names[iprepf = n++] = cl->info.prepf_name;
     TJ_TRY(tj_cpu_jit_add_object(jit, obj, len, names, n, addr, err));
     cl->item = (tj_cpu_item_fn)(uintptr_t)addr[0];
     cl->post = ipost ? (tj_cpu_post_fn)(uintptr_t)addr[ipost] : NULL;
     cl->prep = iprep ? (tj_cpu_prep_fn)(uintptr_t)addr[iprep] : NULL;
+    cl->prepf = iprepf ? (tj_cpu_prep_fn)(uintptr_t)addr[iprepf] : NULL;
     return TJ_OK;
 }
 
@@ -97,6 +99,7 @@ static int load_cached(tj_cpu_jit *jit, tj_cache *cache, const tj_cache_key *key
         cl->info.item_name[sizeof cl->info.item_name - 1] = '\0';
         cl->info.post_name[sizeof cl->info.post_name - 1] = '\0';
         cl->info.prep_name[sizeof cl->info.prep_name - 1] = '\0';
+        cl->info.prepf_name[sizeof cl->info.prepf_name - 1] = '\0';
         tj_error aerr;
         if (add_object(jit, cl, p + hdr, len - hdr, &aerr) != TJ_OK) ok = 2;
     }
@@ -170,9 +173,11 @@ int tj_cpu_count(void)
 
 int tj_cpu_layout_same(const tj_cpu_config *a, const tj_cpu_config *b)
 {
-    /* exactly what tj_plan_build (pad) and tj_cpu_pack_weights read */
-    return a->vec == b->vec && a->nr == b->nr && a->weights == b->weights &&
-           (a->dot == TJ_CPU_DOT_DPBF16) == (b->dot == TJ_CPU_DOT_DPBF16) && (a->dot == TJ_CPU_DOT_AMX) == (b->dot == TJ_CPU_DOT_AMX);
+    /* exactly what tj_cpu_plan_build (pad, row pad) and tj_cpu_pack_weights read; AMX's tiles
+     * do not depend on nr */
+    int amx = a->dot == TJ_CPU_DOT_AMX;
+    return a->vec == b->vec && (amx || a->nr == b->nr) && a->weights == b->weights &&
+           (a->dot == TJ_CPU_DOT_DPBF16) == (b->dot == TJ_CPU_DOT_DPBF16) && amx == (b->dot == TJ_CPU_DOT_AMX);
 }
 
 static void packed_release(tj_cpu_packed *pk)
@@ -289,6 +294,7 @@ fail:
 
 typedef struct run_args {
     const tj_cpu_layer *cl;
+    tj_cpu_prep_fn prep;
     const void *x;   /* the caller's x: post and prep read it */
     const void *xin; /* what the items read: x, or prep's transpose of it */
     void *xt;
@@ -320,7 +326,7 @@ static void run_item(void *vp, int64_t i)
 static void run_prep(void *vp, int64_t i)
 {
     const run_args *a = vp;
-    a->cl->prep(a->x, a->xt, 32 * i, 32 * i + 32 < a->m ? 32 * i + 32 : a->m);
+    a->prep(a->x, a->xt, 32 * i, 32 * i + 32 < a->m ? 32 * i + 32 : a->m);
 }
 
 static void run_post(void *vp, int64_t i)
@@ -333,14 +339,15 @@ static void run_post(void *vp, int64_t i)
 enum { SCRATCH_HOST, SCRATCH_XT, SCRATCH_SLOTS };
 static void *scratch_get(int slot, size_t n, void **own);
 
-tj_status tj_cpu_layer_run(const tj_cpu_layer *cl, tj_pool *pool, int threads, const void *x, int64_t m, void *y)
+/* x fp32 (x_f32, with cl->prepf: the prep rounds it) or as cfg.dtype says */
+static tj_status layer_run(const tj_cpu_layer *cl, tj_pool *pool, int threads, const void *x, int x_f32, int64_t m, void *y)
 {
     if (m <= 0) return TJ_OK;
     /* small calls on the calling thread alone: never slower on N threads than on 1 */
     if (tj_cpu_serial_call(cl->cfg.serial, m, cl->kept)) threads = 1;
-    run_args a = {cl, x, x, NULL, y, m, 0, cl->mb};
+    run_args a = {cl, x_f32 ? cl->prepf : cl->prep, x, x, NULL, y, m, 0, cl->mb};
     void *own = NULL;
-    if (cl->prep) { /* dot amx: x transposed once into the caller's scratch, read by every tile */
+    if (a.prep) { /* dot amx: x transposed once into the caller's scratch, read by every tile */
         if (!(a.xt = scratch_get(SCRATCH_XT, (size_t)tj_cpu_xt_elems(cl->l, m) * 2, &own))) return TJ_ERR_OUT_OF_MEMORY;
         a.xin = a.xt;
         int64_t nblk = (m + 31) / 32;
@@ -354,6 +361,19 @@ tj_status tj_cpu_layer_run(const tj_cpu_layer *cl, tj_pool *pool, int threads, c
     }
     free(own);
     return TJ_OK;
+}
+
+tj_status tj_cpu_layer_run(const tj_cpu_layer *cl, tj_pool *pool, int threads, const void *x, int64_t m, void *y)
+{
+    return layer_run(cl, pool, threads, x, 0, m, y);
+}
+
+int tj_cpu_layer_takes_f32(const tj_cpu_layer *cl) { return cl->prepf && cl->l->ew_nnz == 0; /* only ew reads x in post */ }
+
+tj_status tj_cpu_layer_run_f32(const tj_cpu_layer *cl, tj_pool *pool, int threads, const float *x, int64_t m, void *y)
+{
+    if (!tj_cpu_layer_takes_f32(cl)) return TJ_ERR_INTERNAL;
+    return layer_run(cl, pool, threads, x, 1, m, y);
 }
 
 /* ---------------------------------------------------------------- per-thread scratch */
@@ -547,9 +567,15 @@ static tj_status cpu_load(tj_model *m, tj_error *err)
     int64_t hits = 0;
     int64_t nvars = 0, packings = 0;
     double packed_bytes = 0;
+    /* precision: bf16 x where asked, or by default where the CPU has bf16 instructions and the
+     * checkpoint is bf16 (no rounding of weights: only x is rounded); a config's "dtype" wins */
+    tj_precision prec = m->ctx->opt.precision;
+    int host_bf16 = tj_cpu_host_bf16() || tj_cpu_host_amx();
+    int64_t nbf16 = 0;
     for (int64_t i = 0; i < n; i++) {
         const tj_layer *l = &m->pattern->layers[i];
         cpu_layer_set *ls = &cm->layers[i];
+        int want_bf16 = prec == TJ_PRECISION_BF16 || (prec == TJ_PRECISION_AUTO && host_bf16 && m->lw[i].wdt == TJ_BF16);
         const char *json0 = tj_context_config_for(m->ctx, "cpu", tj_host_cpu_name(), "x86_64", l, 0);
         for (int b = 0; b < NB; b++) {
             int64_t mt = 0;
@@ -558,7 +584,11 @@ static tj_status cpu_load(tj_model *m, tj_error *err)
             if (b < NB - 1 && mt == 0) json = json0;
             tj_cpu_config cfg;
             TJ_TRY(tj_cpu_config_from_json(json, &cfg, err));
-            tj_cpu_config_resolve(&cfg, l);
+            if (want_bf16 && !tj_cpu_config_json_has(json, "dtype")) {
+                cfg.dtype = TJ_CPU_ACT_BF16;
+                if (!tj_cpu_config_json_has(json, "dot")) cfg.dot = TJ_CPU_DOT_AUTO;
+            }
+            tj_cpu_config_resolve_m(&cfg, l, b < NB - 1 ? (int64_t)1 << b : 0); /* the bucket's largest M */
             char *cj = tj_cpu_config_to_json(&cfg);
             if (!cj) return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory");
             int v = 0;
@@ -584,6 +614,7 @@ static tj_status cpu_load(tj_model *m, tj_error *err)
                 packed_bytes += (double)ls->var[v]->pk->wp_bytes;
             }
         }
+        nbf16 += ls->var[ls->pick[NB - 1]]->cfg.dtype == TJ_CPU_ACT_BF16;
         if (ls->nvar > 1) {
             char buf[2048];
             size_t o = 0;
@@ -597,6 +628,9 @@ static tj_status cpu_load(tj_model *m, tj_error *err)
             tj_context_note(m->ctx, "cpu: layer '%s' dispatches per M: %s", l->name, buf);
         }
     }
+    tj_context_note(m->ctx, "cpu: precision %s: %lld of %lld layers compute in bf16 (%s), the rest in fp32",
+                    tj_precision_name(prec), (long long)nbf16, (long long)n,
+                    tj_cpu_host_amx() ? "AMX tiles, vdpbf16ps up to M = 8" : tj_cpu_host_bf16() ? "vdpbf16ps" : "bf16 widened to fp32");
     tj_context_note(m->ctx,
                     "cpu: %lld layers (%lld kernels) for %s in %.3f s: emit %.3f s, optimise+JIT %.3f s (%lld from the "
                     "kernel cache), packing weights %.3f s (packed layouts %lld, %.1f MB)",
@@ -620,13 +654,14 @@ static tj_status cpu_linear(tj_model *m, int64_t layer, const tj_linear_args *a,
     /* a bf16 kernel behind the fp32 host interface: round x once, widen y back, in the calling
      * thread's scratch */
     size_t nx = (size_t)(a->m * cl->l->k), ny = (size_t)(a->m * cl->l->n);
-    size_t xbytes = cl->cfg.dtype ? (nx * 2 + 2 + 63) & ~(size_t)63 : 0, ybytes = cl->cfg.out ? ny * 2 + 2 : 0;
+    int x_f32 = tj_cpu_layer_takes_f32(cl); /* the AMX prep rounds fp32 x itself */
+    size_t xbytes = cl->cfg.dtype && !x_f32 ? (nx * 2 + 2 + 63) & ~(size_t)63 : 0, ybytes = cl->cfg.out ? ny * 2 + 2 : 0;
     void *own;
     char *buf = scratch_get(SCRATCH_HOST, xbytes + ybytes, &own);
     if (!buf) return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory");
-    uint16_t *xb = cl->cfg.dtype ? (uint16_t *)buf : NULL, *yb = cl->cfg.out ? (uint16_t *)(buf + xbytes) : NULL;
+    uint16_t *xb = xbytes ? (uint16_t *)buf : NULL, *yb = cl->cfg.out ? (uint16_t *)(buf + xbytes) : NULL;
     if (xb) tj_convert_from_f32(a->x32, (int64_t)nx, TJ_BF16, xb);
-    tj_status s = tj_cpu_layer_run(cl, cm->pool, 0, xb ? (const void *)xb : a->x32, a->m, yb ? (void *)yb : a->y32);
+    tj_status s = layer_run(cl, cm->pool, 0, xb ? (const void *)xb : a->x32, x_f32, a->m, yb ? (void *)yb : a->y32);
     if (s == TJ_OK && yb) tj_convert_to_f32(yb, TJ_BF16, (int64_t)ny, a->y32);
     free(own);
     if (s != TJ_OK) return tj_fail(err, s, "layer '%s': out of memory for the call's scratch", cl->l->name);

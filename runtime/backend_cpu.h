@@ -38,8 +38,9 @@ typedef struct tj_cpu_packed {
 } tj_cpu_packed;
 
 /* 1 when configs a and b (resolved) give the same packed layout: the same plan padding (vec),
- * column blocks (nr), stored type (weights) and row pairing (dot dpbf16). Whatever else differs
- * (mr, unroll, offsets, mb, kc, pack, order, serial, dtype, out) only changes the code. */
+ * column blocks (nr; not for dot amx's 1 KB tiles), stored type (weights) and row pairing (dot
+ * dpbf16) or AMX tiles (dot amx). Whatever else differs (mr, unroll, offsets, mb, kc, pack,
+ * order, serial, dtype, out) only changes the code. */
 int tj_cpu_layout_same(const tj_cpu_config *a, const tj_cpu_config *b);
 
 /* One compiled layer: its config, the packed weights it reads (possibly shared) and the JIT'ed
@@ -52,6 +53,7 @@ typedef struct tj_cpu_layer {
     tj_cpu_item_fn item;
     tj_cpu_post_fn post;
     tj_cpu_prep_fn prep;  /* dot amx: x → its transpose, before the items; else NULL */
+    tj_cpu_prep_fn prepf; /* the same from fp32 x (rounded to bf16 on the way); else NULL */
     int64_t mb;           /* tokens per work item */
     int64_t kept;         /* kept weights (tj_layer_kept), for the serial rule */
     double emit_seconds, compile_seconds, pack_seconds;
@@ -83,6 +85,12 @@ void tj_cpu_layer_key(tj_cache_key *k, const tj_layer *l, const tj_cpu_config *c
  * cannot grow (y untouched); else TJ_OK. */
 tj_status tj_cpu_layer_run(const tj_cpu_layer *cl, tj_pool *pool, int threads, const void *x, int64_t m,
                            void *y);
+/* 1 when a bf16 layer also takes fp32 x (rounded to bf16 in its prep pass: dot amx without ew
+ * entries, which its post pass would read as bf16). */
+int tj_cpu_layer_takes_f32(const tj_cpu_layer *cl);
+/* tj_cpu_layer_run with fp32 x for such a layer (TJ_ERR_INTERNAL for others). */
+tj_status tj_cpu_layer_run_f32(const tj_cpu_layer *cl, tj_pool *pool, int threads, const float *x, int64_t m,
+                               void *y);
 
 /* The context's pool, created on first use under c->lock (opt.threads, 0: all cores). */
 tj_status tj_cpu_context_pool(tj_context *c, tj_pool **out, tj_error *err);

@@ -256,12 +256,142 @@ static void test_model_path(void)
     }
     tj_model_destroy(m);
     tj_context_destroy(ctx);
+    /* the precision option (no forced config): f32 on these bf16 weights, bf16 when asked; a
+     * value out of range is refused */
+    for (int pi = TJ_PRECISION_F32; pi <= TJ_PRECISION_BF16 + 1; pi++) {
+        o.precision = (tj_precision)pi;
+        ctx = NULL;
+        m = NULL;
+        tj_status cs = tj_context_create(&o, &ctx);
+        if (pi > TJ_PRECISION_BF16) {
+            CHECKF(cs == TJ_ERR_INVALID_ARGUMENT && !ctx, "precision %d accepted", pi);
+            tj_context_destroy(ctx);
+            break;
+        }
+        CHECK(cs == TJ_OK);
+        if (ctx && tj_model_load(ctx, pat, wts, &m) != TJ_OK) fprintf(stderr, "load: %s\n", tj_context_error(ctx));
+        CHECK(m != NULL);
+        for (int64_t mm = 5; m && mm <= 40; mm += 35) {
+            tj_precision got = TJ_PRECISION_AUTO;
+            CHECK(tj_model_layer_precision(m, 0, mm, &got) == TJ_OK);
+            CHECKF(got == (tj_precision)pi, "asked %s, layer runs %s at M=%lld", tj_precision_name((tj_precision)pi),
+                   tj_precision_name(got), (long long)mm);
+            float *x = malloc((size_t)(mm * c.k) * 4), *y = malloc((size_t)(mm * c.n) * 4), *ref = malloc((size_t)(mm * c.n) * 4);
+            tj_rng r = {800 + (uint64_t)mm + (uint64_t)pi};
+            tj_test_fill(&r, x, mm * c.k);
+            for (int64_t i = 0; i < mm * c.n; i++) y[i] = NAN;
+            int64_t xs[2] = {mm, c.k}, ys[2] = {mm, c.n};
+            DLTensor xt = {x, {kDLCPU, 0}, 2, {kDLFloat, 32, 1}, xs, NULL, 0};
+            DLTensor yt = {y, {kDLCPU, 0}, 2, {kDLFloat, 32, 1}, ys, NULL, 0};
+            CHECK(tj_linear(m, "enc.fc1", &xt, &yt, NULL) == TJ_OK);
+            tj_reference_linear(&l, &lw, x, mm, ref);
+            double e = tj_test_all_finite(y, mm * c.n) ? tj_test_relerr(y, ref, mm * c.n) : 1e9;
+            double bound = pi == TJ_PRECISION_F32 ? TIGHT_F32 : LOOSE; /* f32: the bf16 weights exactly */
+            CHECKF(e <= bound, "precision %s M=%lld: relerr %g (bound %g)", tj_precision_name((tj_precision)pi), (long long)mm, e, bound);
+            free(x); free(y); free(ref);
+        }
+        tj_model_destroy(m);
+        tj_context_destroy(ctx);
+    }
     remove(pat);
     remove(wts);
     rmdir(dir);
     tj_layer_free(&l);
     free(w);
     free(b);
+}
+
+/* The decode case through the model and the default precision (auto): SmolLM2-135M's shapes
+ * at 50 %, bf16 weights, M = 1..8 (and, with AMX, the tile path from fp32 x at M = 9..64). On a
+ * CPU with bf16 instructions every layer must say bf16 and match the reference on the same
+ * bf16-rounded x within 1e-5 (and the fp32 reference within 1e-2). */
+static void test_decode(int amx)
+{
+    static const bcase shapes[] = {
+        {"model.layers.0.self_attn.q_proj", 576, 576, 128, 0.5, 1, 0, 0, TJ_ACT_NONE, TJ_BF16, 0},
+        {"model.layers.0.self_attn.k_proj", 192, 576, 64, 0.5, 1, 0, 0, TJ_ACT_NONE, TJ_BF16, 0},
+        {"model.layers.0.mlp.up_proj", 1536, 576, 128, 0.5, 1, 0, 0, TJ_ACT_NONE, TJ_BF16, 1},
+        {"model.layers.0.mlp.down_proj", 576, 1536, 128, 0.5, 1, 0, 0, TJ_ACT_NONE, TJ_BF16, 0},
+    };
+    enum { NS = sizeof shapes / sizeof *shapes };
+    char dir[] = "/tmp/tj_decode_XXXXXX", pat[600], wts[600];
+    if (!mkdtemp(dir)) { CHECK(0); return; }
+    snprintf(pat, sizeof pat, "%s/p.json", dir);
+    snprintf(wts, sizeof wts, "%s/w.safetensors", dir);
+    tj_layer ls[NS];
+    void *w[NS], *b[NS];
+    tj_st_out_tensor t[2 * NS];
+    int64_t shp[NS][2], bsh[NS][1];
+    char names[2 * NS][128];
+    int nt = 0, ok = 1;
+    for (int i = 0; i < NS; i++) {
+        ok &= tj_test_case_make(&shapes[i], 300 + (uint64_t)i, &ls[i], &w[i], &b[i]);
+        shp[i][0] = shapes[i].n, shp[i][1] = shapes[i].k, bsh[i][0] = shapes[i].n;
+        snprintf(names[nt], sizeof names[nt], "%s.weight", shapes[i].what);
+        t[nt] = (tj_st_out_tensor){names[nt], "BF16", 2, shp[i], w[i], (uint64_t)(shapes[i].n * shapes[i].k) * 2};
+        nt++;
+        if (b[i]) {
+            snprintf(names[nt], sizeof names[nt], "%s.bias", shapes[i].what);
+            t[nt] = (tj_st_out_tensor){names[nt], "BF16", 1, bsh[i], b[i], (uint64_t)shapes[i].n * 2};
+            nt++;
+        }
+    }
+    CHECK(ok);
+    tj_error err;
+    tj_pattern p = {.nlayers = NS, .layers = ls};
+    CHECK_OK(tj_pattern_save(&p, pat, &err), &err);
+    CHECK_OK(tj_st_write(wts, t, nt, NULL, &err), &err);
+    tj_options o = tj_options_default();
+    o.backend = TJ_BACKEND_CPU;
+    o.threads = 2;
+    tj_context *ctx = NULL;
+    tj_model *m = NULL;
+    CHECK(tj_context_create(&o, &ctx) == TJ_OK);
+    if (ctx && tj_model_load(ctx, pat, wts, &m) != TJ_OK) fprintf(stderr, "load: %s\n", tj_context_error(ctx));
+    CHECK(m != NULL);
+    int want_bf16 = tj_cpu_host_bf16() || tj_cpu_host_amx();
+    static const int64_t big[] = {9, 16, 33, 64};
+    for (int i = 0; m && i < NS; i++) {
+        const bcase *c = &shapes[i];
+        tj_layer_weights lw = {w[i], TJ_BF16, b[i], TJ_BF16};
+        for (int mi = 0; mi < 8 + (amx ? 4 : 0); mi++) {
+            int64_t mm = mi < 8 ? mi + 1 : big[mi - 8];
+            tj_precision pr = TJ_PRECISION_AUTO;
+            CHECK(tj_model_layer_precision(m, i, mm, &pr) == TJ_OK);
+            CHECKF(pr == (want_bf16 ? TJ_PRECISION_BF16 : TJ_PRECISION_F32), "%s M=%lld: precision %s", c->what, (long long)mm,
+                   tj_precision_name(pr));
+            float *x = malloc((size_t)(mm * c->k) * 4), *xr = malloc((size_t)(mm * c->k) * 4);
+            float *y = malloc((size_t)(mm * c->n) * 4), *ref = malloc((size_t)(mm * c->n) * 4), *ref32 = malloc((size_t)(mm * c->n) * 4);
+            tj_rng r = {7000 + 13 * (uint64_t)mm + (uint64_t)i};
+            tj_test_fill(&r, x, mm * c->k);
+            for (int64_t j = 0; j < mm * c->k; j++) xr[j] = want_bf16 ? tj_bf16_to_f32(tj_f32_to_bf16(x[j])) : x[j];
+            for (int64_t j = 0; j < mm * c->n; j++) y[j] = NAN;
+            int64_t xs[2] = {mm, c->k}, ys[2] = {mm, c->n};
+            DLTensor xt = {x, {kDLCPU, 0}, 2, {kDLFloat, 32, 1}, xs, NULL, 0};
+            DLTensor yt = {y, {kDLCPU, 0}, 2, {kDLFloat, 32, 1}, ys, NULL, 0};
+            CHECK(tj_linear(m, c->what, &xt, &yt, NULL) == TJ_OK);
+            tj_reference_linear(&ls[i], &lw, xr, mm, ref);
+            tj_reference_linear(&ls[i], &lw, x, mm, ref32);
+            int fin = tj_test_all_finite(y, mm * c->n);
+            double tight = fin ? tj_test_relerr(y, ref, mm * c->n) : 1e9, loose = fin ? tj_test_relerr(y, ref32, mm * c->n) : 1e9;
+            const char *cfg = NULL;
+            tj_model_layer_config(m, i, mm, &cfg);
+            CHECKF(tight <= TIGHT_F32, "decode %s M=%lld (%s): relerr %g vs the reference on the same bf16 x (bound %g)", c->what,
+                   (long long)mm, cfg ? cfg : "default", tight, TIGHT_F32);
+            CHECKF(loose <= LOOSE, "decode %s M=%lld: relerr %g vs the fp32 reference (bound %g)", c->what, (long long)mm, loose, LOOSE);
+            free(x); free(xr); free(y); free(ref); free(ref32);
+        }
+    }
+    tj_model_destroy(m);
+    tj_context_destroy(ctx);
+    remove(pat);
+    remove(wts);
+    rmdir(dir);
+    for (int i = 0; i < NS; i++) {
+        tj_layer_free(&ls[i]);
+        free(w[i]);
+        free(b[i]);
+    }
 }
 
 int main(int argc, char **argv)
@@ -289,6 +419,9 @@ int main(int argc, char **argv)
     if (want == TJ_CPU_DOT_FMA) {
         test_codegen();
         test_model_path();
+        if (!tj_cpu_host_bf16()) test_decode(0); /* here the default stays fp32 */
+    } else {
+        test_decode(want == TJ_CPU_DOT_AMX);
     }
     int nc, host = tj_cpu_host_vec(), id = 0, ran = 0, skipped = 0;
     const tj_cpu_config *space = tj_cpu_config_space(&nc);

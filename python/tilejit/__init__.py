@@ -53,12 +53,14 @@ def backend_built(backend):
 
 
 def load(pattern, weights, backend="auto", tuning_log=None, threads=0, cache_dir=None, device=0,
-         verbose=False, context=None):
+         verbose=False, context=None, precision="auto"):
     """Loads a pattern (JSON) and its weights (safetensors) and prepares every layer on a backend
     ("auto", "cpu", "cuda" or "reference"), or on `context` (a Context) when given. Returns a
-    Model."""
+    Model. precision (CPU backend): "auto" computes in bf16 where the CPU has avx512_bf16 or AMX
+    and a layer's weights are bfloat16, else fp32; "f32"; "bf16" (x and weights rounded to bf16,
+    fp32 accumulation and output)."""
     return Model(pattern, weights, backend=backend, tuning_log=tuning_log, threads=threads,
-                 cache_dir=cache_dir, device=device, verbose=verbose, context=context)
+                 cache_dir=cache_dir, device=device, verbose=verbose, context=context, precision=precision)
 
 
 def _enc(s):
@@ -198,17 +200,22 @@ def _device_empty(like, rows, cols):
 
 class Context:
     """A tilejit context: the backend ("auto", "cpu", "cuda" or "reference"), worker threads,
-    kernel cache and tuning log. Models loaded on one context share its thread pool and JIT;
-    close() (or `with`) frees it once its models are closed."""
+    kernel cache, tuning log and precision ("auto", "f32", "bf16": see load()). Models loaded on
+    one context share its thread pool and JIT; close() (or `with`) frees it once its models are
+    closed."""
 
-    def __init__(self, backend="auto", tuning_log=None, threads=0, cache_dir=None, device=0, verbose=False):
+    def __init__(self, backend="auto", tuning_log=None, threads=0, cache_dir=None, device=0, verbose=False,
+                 precision="auto"):
         lib = library()
         self._lib = lib
         self._ctx = ctypes.c_void_p()
         if backend not in L.BACKENDS:
             raise ValueError("tilejit: unknown backend %r (expected one of %s)" % (backend, ", ".join(L.BACKENDS)))
+        if precision not in L.PRECISIONS:
+            raise ValueError("tilejit: unknown precision %r (expected one of %s)" % (precision, ", ".join(L.PRECISIONS)))
         opt = lib.tj_options_default()
         opt.backend = L.BACKENDS[backend]
+        opt.precision = L.PRECISIONS[precision]
         opt.threads = int(threads)
         opt.device = int(device)
         opt.verbose = 1 if verbose else 0
@@ -306,9 +313,9 @@ class Model:
     concurrent linear() calls; close() (or `with`) frees it."""
 
     def __init__(self, pattern, weights, backend="auto", tuning_log=None, threads=0, cache_dir=None,
-                 device=0, verbose=False, context=None):
+                 device=0, verbose=False, context=None, precision="auto"):
         self._setup(context, dict(backend=backend, tuning_log=tuning_log, threads=threads,
-                                  cache_dir=cache_dir, device=device, verbose=verbose))
+                                  cache_dir=cache_dir, device=device, verbose=verbose, precision=precision))
         s = self._lib.tj_model_load(self._ctx, _enc(pattern), _enc(weights), ctypes.byref(self._model))
         self._finish(s)
 
@@ -430,6 +437,15 @@ class Model:
         if not -len(self._layers) <= i < len(self._layers):
             raise TilejitError(4, "layer index %d out of range [0, %d)" % (i, len(self._layers)))
         return i % len(self._layers)
+
+    def precision(self, layer, m=128):
+        """The precision ("f32", "bf16", "f16") a layer (name or index) computes in at batch m."""
+        fn = getattr(self._lib, "tj_model_layer_precision", None)
+        if fn is None:
+            raise TilejitError(6, "this libtilejit has no tj_model_layer_precision (too old)")
+        p = ctypes.c_int()
+        self._check(fn(self._model, self._resolve(layer), int(m), ctypes.byref(p)))
+        return self._lib.tj_precision_name(p.value).decode()
 
     def linear(self, layer, x, out=None, stream=None):
         """Y = act(X · (W ⊙ mask)ᵀ + bias) for one layer (by name or index), row-major.

@@ -67,6 +67,7 @@ TJ_OK = 0
 STATUS_NAMES = ["ok", "invalid argument", "I/O error", "bad file format", "not found", "out of memory",
                 "unsupported", "compile error", "device error", "internal error"]
 BACKENDS = {"auto": 0, "reference": 1, "cpu": 2, "cuda": 3}
+PRECISIONS = {"auto": 0, "f32": 1, "bf16": 2}  # tj_precision (options); "f16" = 3 is only reported
 ACTIVATIONS = ["none", "relu", "gelu"]
 LAYOUT_ROW_MAJOR, LAYOUT_FEATURE_MAJOR = 0, 1
 
@@ -80,6 +81,7 @@ class Options(ctypes.Structure):
         ("tuning_log", ctypes.c_char_p),
         ("device", ctypes.c_int),
         ("verbose", ctypes.c_int),
+        ("precision", ctypes.c_int),  # tj_precision
     ]
 
 
@@ -257,6 +259,8 @@ def _declare(lib):
         "tj_prune_allocate": (c.c_int, [P(PruneProfile), c.c_double, c.c_double, P(c.c_double), P(c.c_int64),
                                         P(Error)]),
         "tj_pattern_to_json": (c.c_void_p, [c.c_void_p]),
+        "tj_model_layer_precision": (c.c_int, [c.c_void_p, c.c_int64, c.c_int64, P(c.c_int)]),
+        "tj_precision_name": (c.c_char_p, [c.c_int]),
         "tj_pattern_destroy": (None, [c.c_void_p]),
     }
     for name, sig in optional.items():

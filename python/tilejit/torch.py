@@ -44,11 +44,11 @@ class _Group:
     """Layers loaded together (one pattern, one tilejit model per device, sharing a context), from
     host tensors {"NAME.weight": ..., "NAME.bias": ...} it keeps alive."""
 
-    def __init__(self, pattern, tensors, backend="auto", threads=0, cache_dir=None, tuning_log=None):
+    def __init__(self, pattern, tensors, backend="auto", threads=0, cache_dir=None, tuning_log=None, precision="auto"):
         self.pattern = pattern
         self.tensors = tensors
         self.backend = backend
-        self.options = dict(threads=threads, cache_dir=cache_dir, tuning_log=tuning_log)
+        self.options = dict(threads=threads, cache_dir=cache_dir, tuning_log=tuning_log, precision=precision)
         self.index = {l["name"]: i for i, l in enumerate(pattern["layers"])}
         self._models = {}
         self._contexts = {}
@@ -285,9 +285,9 @@ class TWLinear(nn.Module):
 
     @classmethod
     def from_linear(cls, linear, layer=None, *, sparsity=None, mode="tw1", g=128, ew=0.01, name="linear",
-                    backend="auto", threads=0, cache_dir=None, tuning_log=None):
+                    backend="auto", threads=0, cache_dir=None, tuning_log=None, precision="auto"):
         """A TWLinear for an nn.Linear, with the pattern layer given (a dict; its name is used)
-        or made by pruning this layer alone at `sparsity`."""
+        or made by pruning this layer alone at `sparsity`. precision: as tilejit.load()."""
         w = linear.weight.detach()
         b = linear.bias.detach() if linear.bias is not None else None
         if layer is None:
@@ -299,7 +299,7 @@ class TWLinear(nn.Module):
             layer = layer["layers"][0]
         layer = dict(layer)
         group = _group({"format": "tilejit-pattern", "version": 1, "layers": [layer]}, {layer["name"]: (w, b)},
-                       backend, threads, cache_dir, tuning_log)
+                       backend, threads, cache_dir, tuning_log, precision)
         return cls(_Bound(group, layer["name"], w.shape[0], w.shape[1]), w, b, layer.get("activation", "none"))
 
     def forward(self, x, out=None):
@@ -323,13 +323,14 @@ def _host(t):
     return t
 
 
-def _group(pattern, weights, backend, threads, cache_dir, tuning_log):
+def _group(pattern, weights, backend, threads, cache_dir, tuning_log, precision="auto"):
     tensors = {}
     for name, (w, b) in weights.items():
         tensors[name + ".weight"] = _host(w)
         if b is not None:
             tensors[name + ".bias"] = _host(b)
-    return _Group(pattern, tensors, backend=backend, threads=threads, cache_dir=cache_dir, tuning_log=tuning_log)
+    return _Group(pattern, tensors, backend=backend, threads=threads, cache_dir=cache_dir, tuning_log=tuning_log,
+                  precision=precision)
 
 
 # --- sparsify --------------------------------------------------------------------------------------
@@ -391,7 +392,7 @@ def _load_weights(weights):
 
 
 def sparsify(model, pattern=None, weights=None, *, sparsity=None, mode="tw1", g=128, ew=0.01, layers=None,
-             backend="auto", threads=0, cache_dir=None, tuning_log=None):
+             backend="auto", threads=0, cache_dir=None, tuning_log=None, precision="auto"):
     """Swaps the model's nn.Linear modules for TWLinear in place and returns a SparsifyReport.
 
     Either pattern= (a tilejit pattern: path, JSON text or dict) names the layers, matched to
@@ -401,7 +402,9 @@ def sparsify(model, pattern=None, weights=None, *, sparsity=None, mode="tw1", g=
     (mode tw1|tw2|tew, tile width g, one global threshold as `tilejit prune`); layers= (a regular
     expression on module names, re.search) selects them, default: every nn.Linear.
     Every swapped layer is compiled once now on the CPU (backend "cpu", or "reference"), and on
-    first use on each CUDA device."""
+    first use on each CUDA device. precision (CPU): "auto" computes in bf16 where the CPU has
+    avx512_bf16 or AMX and the model's weights are bfloat16 (model.to(torch.bfloat16)), else
+    fp32; "f32"; "bf16"."""
     t0 = time.perf_counter()
     rep = SparsifyReport()
     linears = {n: m for n, m in model.named_modules() if isinstance(m, nn.Linear)}
@@ -435,7 +438,7 @@ def sparsify(model, pattern=None, weights=None, *, sparsity=None, mode="tw1", g=
         chosen.append((mname, lname))
     if chosen:
         sub = dict(pattern, layers=[by_layer[l] for _, l in chosen])
-        group = _group(sub, tensors, backend, threads, cache_dir, tuning_log)
+        group = _group(sub, tensors, backend, threads, cache_dir, tuning_log, precision)
         group.model(torch.device("cpu"))  # compile now: errors surface here, not at the first call
         rep.backend = group._backend_for(torch.device("cpu"))
         for mname, lname in chosen:
