@@ -11,6 +11,10 @@
  *   post(x, y, ewv, bias, m0, m1)          second pass: pruned features (act(bias)) and the ew
  *                                           residual, then the activation for those features
  *
+ * dot amx (AMX tiles) replaces item: prep(x, xt, m0, m1) transposes x once per call, and
+ * item(xt, ...) computes each tile's Yᵀ block with tdpbf16ps (emit_item_amx; the AMX section
+ * below and docs/cpu-baselines-cache-dispatch.md).
+ *
  * x: fp32 (or bf16, dtype) [M × K] row-major, y: fp32 (or bf16, out) [M × N], wp: the weights
  * packed by tj_cpu_pack_weights (fp32 or bf16, 64-byte aligned), bk: bias in kept-column order padded to bk_elems (zeros without bias), ewv: ew
  * weights in CSR order, bias: fp32 [N] or NULL. Offsets are baked as a constant i32 table read

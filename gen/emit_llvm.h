@@ -18,11 +18,13 @@ typedef enum tj_cpu_offsets {
 
 /* One point of the CPU search space. JSON form (every key optional, defaults below):
  *   {"mr": 6, "nr": 64, "offsets": "table", "unroll": 4, "mb": 0, "kc": 0, "pack": 0, "order": -1, "vec": 0}
- * mr: tokens per register block (1..16); nr: features per register block, a multiple of the
- * vector width (mr · nr/vec accumulators must fit the register file, ≤ 28 vectors with AVX-512);
+ * mr: tokens per register block (1..16; dot amx: 16 or 32); nr: features per register block, a
+ * multiple of the vector width (mr · nr/vec accumulators must fit the register file, ≤ 28
+ * vectors with AVX-512; dot amx: 16..64 within its 8 tiles);
  * unroll: table-loop unroll factor (1..16), or rows per chunk in unrolled mode;
  * mb: tokens per work item (0: auto, rounded to a multiple of mr) — the work split;
- * kc: kept rows per k-block (0: none; table mode only);
+ * kc: kept rows per k-block (0: none; table mode only; dot amx: per staged chunk, rounded up to
+ *   32, 0: 256);
  * pack: 1 gathers each work item's X rows of the tile into a contiguous stack buffer first
  *   (mb × kept rows floats), 2 packs them into mr-token panels (xp[p][r][i], the register
  *   block's broadcasts then read one sequential stream), 0 broadcasts straight from X (table

@@ -298,9 +298,30 @@ typedef struct run_args {
     const void *x;   /* the caller's x: post and prep read it */
     const void *xin; /* what the items read: x, or prep's transpose of it */
     void *xt;
+    atomic_int *ready; /* per 32-token block of xt: 0 not staged, 1 being staged, 2 ready */
     void *y;
     int64_t m, nchunks, chunk;
 } run_args;
+
+/* Transposes xt's 32-token block b unless another thread has (or is doing it: wait for it).
+ * The first item that needs a block stages it, so the prep overlaps the items of other blocks
+ * on other threads and costs no pool dispatch of its own. */
+static void xt_block_ready(const run_args *a, int64_t b)
+{
+    int st = atomic_load_explicit(&a->ready[b], memory_order_acquire);
+    if (st == 2) return;
+    int expect = 0;
+    if (st == 0 && atomic_compare_exchange_strong_explicit(&a->ready[b], &expect, 1, memory_order_acq_rel, memory_order_acquire)) {
+        a->prep(a->x, a->xt, 32 * b, 32 * b + 32 < a->m ? 32 * b + 32 : a->m);
+        atomic_store_explicit(&a->ready[b], 2, memory_order_release);
+        return;
+    }
+    while (atomic_load_explicit(&a->ready[b], memory_order_acquire) != 2) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+    }
+}
 
 /* Chunk-major items (order 1): position p of a chunk runs slot 2p for the first half, 2p' + 1
  * after, so the items two threads run at once are about ntiles/2 slots apart, not neighbours.
@@ -320,13 +341,9 @@ static void run_item(void *vp, int64_t i)
     int64_t slot = a->cl->cfg.order ? spread_slot(i % ntiles, ntiles) : i / a->nchunks,
             c = a->cl->cfg.order ? i / ntiles : i % a->nchunks;
     int64_t m0 = c * a->chunk, m1 = m0 + a->chunk < a->m ? m0 + a->chunk : a->m;
+    if (a->ready)
+        for (int64_t b = m0 / 32; b * 32 < m1; b++) xt_block_ready(a, b);
     a->cl->item(a->xin, a->y, a->cl->pk->wp, a->cl->pk->bk, slot, m0, m1);
-}
-
-static void run_prep(void *vp, int64_t i)
-{
-    const run_args *a = vp;
-    a->prep(a->x, a->xt, 32 * i, 32 * i + 32 < a->m ? 32 * i + 32 : a->m);
 }
 
 static void run_post(void *vp, int64_t i)
@@ -345,13 +362,17 @@ static tj_status layer_run(const tj_cpu_layer *cl, tj_pool *pool, int threads, c
     if (m <= 0) return TJ_OK;
     /* small calls on the calling thread alone: never slower on N threads than on 1 */
     if (tj_cpu_serial_call(cl->cfg.serial, m, cl->kept)) threads = 1;
-    run_args a = {cl, x_f32 ? cl->prepf : cl->prep, x, x, NULL, y, m, 0, cl->mb};
+    run_args a = {cl, x_f32 ? cl->prepf : cl->prep, x, x, NULL, NULL, y, m, 0, cl->mb};
     void *own = NULL;
     if (a.prep) { /* dot amx: x transposed once into the caller's scratch, read by every tile */
-        if (!(a.xt = scratch_get(SCRATCH_XT, (size_t)tj_cpu_xt_elems(cl->l, m) * 2, &own))) return TJ_ERR_OUT_OF_MEMORY;
-        a.xin = a.xt;
         int64_t nblk = (m + 31) / 32;
-        tj_pool_run(pool, nblk > 2 ? threads : 1, nblk, run_prep, &a);
+        size_t xtb = ((size_t)tj_cpu_xt_elems(cl->l, m) * 2 + 63) & ~(size_t)63;
+        char *buf = scratch_get(SCRATCH_XT, xtb + (size_t)nblk * sizeof(atomic_int), &own);
+        if (!buf) return TJ_ERR_OUT_OF_MEMORY;
+        a.xt = buf;
+        a.xin = a.xt;
+        a.ready = (atomic_int *)(buf + xtb);
+        for (int64_t b = 0; b < nblk; b++) atomic_init(&a.ready[b], 0);
     }
     a.nchunks = (m + a.chunk - 1) / a.chunk;
     tj_pool_run(pool, threads, cl->l->ntiles * a.nchunks, run_item, &a);
