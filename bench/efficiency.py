@@ -11,7 +11,7 @@ itself the median of the bench's --repeats), with the spread of the runs.
 
     python3 bench/efficiency.py --dtype bf16 [--threads 1,2] [--m 1,16,128,512]
         [--sparsity 0,0.5,0.75] [--shapes 384x384,...] [--runs 3] [--tilejit build/cli/tilejit]
-        [--csv OUT.csv] [--bench-args "--config {...}"]
+        [--csv OUT.csv] [--config JSON] [--bench-args ARGS] [--legacy]
 
 Prints a Markdown table (one row per shape, M and threads; a column pair per sparsity) and the
 rows below --target (default 0.85).
@@ -33,6 +33,8 @@ def run_bench(args, n, k, m, s, t):
            str(args.min_time)]
     if args.dtype == "bf16" and not args.legacy:
         cmd += ["--dtype", "bf16"]
+    if args.config:
+        cmd += ["--config", args.config]
     cmd += shlex.split(args.bench_args)
     p = subprocess.run(cmd, capture_output=True, text=True)
     last = [ln for ln in p.stdout.splitlines() if ln.startswith("speedup ")]
@@ -61,9 +63,10 @@ def main():
     ap.add_argument("--target", type=float, default=0.85)
     ap.add_argument("--tilejit", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "build", "cli", "tilejit"))
     ap.add_argument("--lock", default="/tmp/tilejit-bench.lock")
-    ap.add_argument("--bench-args", default="", help="extra `tilejit bench` arguments, e.g. --config JSON")
+    ap.add_argument("--config", help="a CPU config (JSON) for every run")
+    ap.add_argument("--bench-args", default="", help="other `tilejit bench` arguments (shell words)")
     ap.add_argument("--legacy", action="store_true",
-                    help="a tilejit without `bench --dtype`: pass the bf16 choice in --bench-args --config")
+                    help="a tilejit without `bench --dtype`: give the bf16 choice as --config '{\"dtype\": \"bf16\"}'")
     ap.add_argument("--csv")
     args = ap.parse_args()
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
