@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.join(ROOT, "python"))
 import torch  # noqa: E402
 import transformers  # noqa: E402
 
-from tilejit.bert import SAMPLE_SENTENCES as SENTENCES  # noqa: E402
+from tilejit.data import SAMPLE_SENTENCES as SENTENCES  # noqa: E402
 from tilejit.torch import sentence_embeddings as embed  # noqa: E402
 
 

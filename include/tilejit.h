@@ -101,16 +101,30 @@ typedef enum tj_activation {
     TJ_ACT_GELU /* exact erf form: x/2 · (1 + erf(x/√2)) */
 } tj_activation;
 
+/* Where the CPU backend runs its parallel loops (docs/threads.md). */
+typedef enum tj_threading {
+    TJ_THREADING_AUTO = 0, /* OPENMP when an OpenMP runtime is loaded in the process when the
+                            * context is created (PyTorch, a program built with -fopenmp), else
+                            * POOL; $TILEJIT_THREADING=pool|openmp overrides AUTO */
+    TJ_THREADING_POOL,     /* tilejit's own worker threads (threads − 1 of them, per context) */
+    TJ_THREADING_OPENMP    /* parallel regions of the process's OpenMP runtime (libgomp, libomp,
+                            * libiomp5), on the same threads as the host's own OpenMP work;
+                            * tj_context_create fails with TJ_ERR_UNSUPPORTED when none is loaded */
+} tj_threading;
+
 /* Options of a context. Start from tj_options_default(), which sets `size`: fields added later
  * go at the end, and the library reads only the first `size` bytes of a caller's struct. */
 typedef struct tj_options {
     size_t size;            /* sizeof(tj_options) as the caller was compiled; set by tj_options_default */
     tj_backend backend;
-    int threads;            /* CPU worker threads; 0: all cores */
+    int threads;            /* CPU threads per call; 0: with OpenMP threading the calling thread's
+                             * omp_get_max_threads() at each call (what the host set), with the
+                             * own pool all cores */
     const char *cache_dir;  /* kernel cache; NULL: $TILEJIT_CACHE_DIR, $XDG_CACHE_HOME/tilejit, ~/.cache/tilejit */
     const char *tuning_log; /* JSON Lines tuning log; NULL: $TILEJIT_TUNING_LOG, else built-in defaults */
     int device;             /* CUDA device ordinal */
     int verbose;            /* 0 quiet; >0: tj_context_log() collects notes about choices made */
+    tj_threading threading; /* where the CPU backend's parallel loops run */
     tj_precision precision; /* CPU backend: AUTO (default), F32 or BF16; a forced config's "dtype"
                              * (tj_context_set_config) wins */
 } tj_options;
@@ -152,6 +166,12 @@ TJ_API const char *tj_context_error(const tj_context *c);
 /* The backend the context resolved AUTO to, and why (verbose notes), borrowed. */
 TJ_API tj_backend tj_context_backend(const tj_context *c);
 TJ_API const char *tj_context_log(const tj_context *c);
+/* What the context resolved opt.threading to: TJ_THREADING_POOL or TJ_THREADING_OPENMP. */
+TJ_API tj_threading tj_context_threading(const tj_context *c);
+/* The threads a CPU call made now from the calling thread would use: opt.threads, else with
+ * OpenMP threading the calling thread's omp_get_max_threads(), else the online cores. (Calls whose
+ * work is too small to share run on the calling thread alone.) */
+TJ_API int tj_context_threads(const tj_context *c);
 
 /* Loads a pattern file and a safetensors file, checks that every layer's weights exist with
  * shape [n, k] (and bias [n], if present) and prepares every layer on the context's backend

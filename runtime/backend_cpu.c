@@ -165,12 +165,6 @@ static tj_status compile_layer(tj_cpu_jit *jit, const tj_layer *l, tj_cpu_layer 
 
 /* ---------------------------------------------------------------- layers */
 
-int tj_cpu_count(void)
-{
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (int)n : 1;
-}
-
 int tj_cpu_layout_same(const tj_cpu_config *a, const tj_cpu_config *b)
 {
     /* exactly what tj_cpu_plan_build (pad, row pad) and tj_cpu_pack_weights read; AMX's tiles
@@ -492,8 +486,8 @@ tj_status tj_cpu_context_pool(tj_context *c, tj_pool **out, tj_error *err)
         cc = calloc(1, sizeof *cc);
         if (!cc) s = tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory");
         else {
-            int t = c->opt.threads > 0 ? c->opt.threads : tj_cpu_count();
-            s = tj_pool_create(t, &cc->pool, err);
+            if (c->threading == TJ_THREADING_OPENMP) s = tj_pool_create_openmp(c->opt.threads, &cc->pool, err);
+            else s = tj_pool_create(c->opt.threads > 0 ? c->opt.threads : tj_cpu_count(), &cc->pool, err);
             if (s == TJ_OK) c->cpu = cc;
             else free(cc);
         }

@@ -92,7 +92,8 @@ int tj_cpu_layer_takes_f32(const tj_cpu_layer *cl);
 tj_status tj_cpu_layer_run_f32(const tj_cpu_layer *cl, tj_pool *pool, int threads, const float *x, int64_t m,
                                void *y);
 
-/* The context's pool, created on first use under c->lock (opt.threads, 0: all cores). */
+/* The context's pool, created on first use under c->lock: the kind c->threading resolved to,
+ * opt.threads threads (0: all cores for own threads, the host's count for OpenMP). */
 tj_status tj_cpu_context_pool(tj_context *c, tj_pool **out, tj_error *err);
 /* Frees the context's CPU state and the calling thread's scratch; tj_context_destroy calls it. */
 void tj_cpu_context_release(tj_context *c);
@@ -101,7 +102,6 @@ void tj_cpu_context_release(tj_context *c);
  * exit). */
 size_t tj_cpu_thread_scratch_bytes(void);
 void tj_cpu_thread_scratch_release(void);
-/* Online cores. */
-int tj_cpu_count(void);
+/* tj_cpu_count (online cores) is in base/threadpool.h. */
 
 #endif

@@ -10,6 +10,7 @@
 #include "tuning/tuning.h"
 #include "jit/cache.h"
 #include "base/clock.h"
+#include "base/threadpool.h"
 #if TJ_HAVE_LLVM
 #include "runtime/backend_cpu.h"
 #endif
@@ -105,6 +106,40 @@ tj_status tj_context_open_cache(tj_context *c, const char *backend, tj_cache **c
 
 const char *tj_context_log(const tj_context *c) { return c && c->log.data ? c->log.data : ""; }
 tj_backend tj_context_backend(const tj_context *c) { return c ? c->backend : TJ_BACKEND_AUTO; }
+tj_threading tj_context_threading(const tj_context *c) { return c ? c->threading : TJ_THREADING_AUTO; }
+
+int tj_context_threads(const tj_context *c)
+{
+    if (!c) return 1;
+    if (c->opt.threads > 0) return c->opt.threads;
+    int n = c->threading == TJ_THREADING_OPENMP ? tj_openmp_max_threads() : 0;
+    return n > 0 ? n : tj_cpu_count();
+}
+
+/* opt.threading (AUTO: $TILEJIT_THREADING, else whether the process runs an OpenMP runtime now) */
+static tj_status resolve_threading(tj_context *c, tj_error *err)
+{
+    tj_threading t = c->opt.threading;
+    const char *env = getenv("TILEJIT_THREADING");
+    if (t == TJ_THREADING_AUTO && env && *env && strcmp(env, "auto") != 0) {
+        if (strcmp(env, "pool") == 0) t = TJ_THREADING_POOL;
+        else if (strcmp(env, "openmp") == 0) t = TJ_THREADING_OPENMP;
+        else return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "TILEJIT_THREADING is '%s': auto, pool or openmp", env);
+    }
+    if (t < TJ_THREADING_AUTO || t > TJ_THREADING_OPENMP)
+        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "threading must be AUTO, POOL or OPENMP (got %d)", (int)t);
+    const char *omp = tj_openmp_loaded();
+    if (t == TJ_THREADING_OPENMP && !omp)
+        return tj_fail(err, TJ_ERR_UNSUPPORTED, "threading OPENMP: no OpenMP runtime is loaded in this process "
+                                                "(libgomp.so.1, libomp.so.5 or libiomp5.so)");
+    c->threading = t == TJ_THREADING_AUTO ? (omp ? TJ_THREADING_OPENMP : TJ_THREADING_POOL) : t;
+    if (c->threading == TJ_THREADING_OPENMP)
+        tj_context_note(c, "threads: parallel regions of the process's OpenMP runtime (%s), %s", omp,
+                        c->opt.threads ? "a fixed count" : "as many as omp_get_max_threads() of the calling thread");
+    else
+        tj_context_note(c, "threads: tilejit's own worker threads%s", omp ? "" : " (no OpenMP runtime in the process)");
+    return TJ_OK;
+}
 
 static const tj_backend_ops *ops_for(tj_backend b)
 {
@@ -179,6 +214,8 @@ tj_status tj_context_create(const tj_options *opt, tj_context **out)
         s = tj_fail(&err, TJ_ERR_INVALID_ARGUMENT, "threads must be >= 0 (got %d)", c->opt.threads);
         goto fail;
     }
+    s = resolve_threading(c, &err);
+    if (s != TJ_OK) goto fail;
     c->cache_dir = c->opt.cache_dir ? strdup(c->opt.cache_dir) : tj_cache_default_dir() /* jit/cache.c: the one policy */;
     const char *log = c->opt.tuning_log ? c->opt.tuning_log : getenv("TILEJIT_TUNING_LOG");
     if (log && *log && !(c->tuning_log = strdup(log))) {

@@ -61,6 +61,7 @@ struct tj_context {
     char *cache_dir;
     char *tuning_log;
     tj_backend backend;         /* resolved from opt.backend */
+    tj_threading threading;     /* resolved from opt.threading: POOL or OPENMP */
     const tj_backend_ops *ops;
     pthread_mutex_t lock;       /* guards log and lazily created backend state */
     tj_strbuf log;

@@ -307,6 +307,31 @@ class Binding(unittest.TestCase):
         for x, y in zip(xs, ys):
             self.check("enc.ffn_in", x, y)
 
+    def test_threading(self):
+        # AUTO picks OpenMP exactly when asking for it succeeds (a runtime is loaded in this
+        # process); the own pool always works; every kind gives the same result, bit for bit
+        x = np.random.default_rng(9).uniform(-1, 1, (200, 64)).astype(np.float32)
+        want = self.model.linear("enc.ffn_in", x)
+        with tilejit.Context(threads=2) as auto:
+            auto_kind = auto.threading
+        self.assertIn(auto_kind, ("pool", "openmp"))
+        kinds = ["pool"]
+        try:
+            tilejit.Context(threading="openmp").close()
+            kinds.append("openmp")
+            self.assertEqual(auto_kind, "openmp")
+        except tilejit.TilejitError as e:
+            self.assertEqual(e.status_name, "unsupported")
+            self.assertEqual(auto_kind, "pool")
+        for kind in kinds:
+            with tilejit.load(self.pattern, self.weights, backend=BACKEND, threads=2, threading=kind,
+                              cache_dir=os.path.join(self.tmp.name, "cache")) as m:
+                self.assertEqual(m._context.threading, kind)
+                self.assertEqual(m._context.threads, 2)
+                self.assertTrue(np.array_equal(m.linear("enc.ffn_in", x), want), kind)
+        with self.assertRaises(ValueError):
+            tilejit.Context(threading="fibers")
+
     def test_errors(self):
         m = self.model
         with self.assertRaises(tilejit.TilejitError) as cm:

@@ -156,6 +156,32 @@ class TorchOp(unittest.TestCase):
             self.assertLess(relerr(res[i], self.ref(xs[i])), 1e-5)
 
 
+    @unittest.skipIf(BACKEND == "reference", "the reference backend runs on the calling thread")
+    def test_follows_torch_threads(self):
+        # PyTorch runs an OpenMP runtime: tilejit's loops run on it, as many threads as
+        # torch.get_num_threads() says at each call; an explicit threads= stays fixed
+        fixed = tjt.TWLinear.from_linear(self.lin, layer=self.layer, backend=BACKEND, threads=1)
+        for m in (self.tw, fixed):
+            m._bound.group.model(torch.device("cpu"))
+        ctx, fixed_ctx = (m._bound.group._contexts[("cpu", None)] for m in (self.tw, fixed))
+        self.assertEqual(ctx.threading, "openmp")
+        x = torch.randn(300, 160, generator=self.gen)  # enough work to be shared out
+        old = torch.get_num_threads()
+        ys = []
+        try:
+            for t in (1, 3, 2):
+                torch.set_num_threads(t)
+                self.assertEqual(ctx.threads, t)
+                self.assertEqual(fixed_ctx.threads, 1)
+                with torch.no_grad():
+                    ys.append(self.tw(x))
+        finally:
+            torch.set_num_threads(old)
+        self.assertLess(relerr(ys[0], self.ref(x)), 1e-5)
+        for y in ys[1:]:  # the split never changes a result
+            self.assertTrue(torch.equal(y, ys[0]))
+
+
 class Block(torch.nn.Module):
     def __init__(self, d, h):
         super().__init__()
@@ -179,10 +205,50 @@ class Model(torch.nn.Module):
         return self.head(x)
 
 
+class Mlp(torch.nn.Module):
+    """Activation modules after linears: fusable (up → act, fc → relu), and not (side's output
+    also goes elsewhere; gate's activation is approximate; shared called twice)."""
+
+    def __init__(self, d, h):
+        super().__init__()
+        self.up, self.act, self.down = torch.nn.Linear(d, h), torch.nn.GELU(), torch.nn.Linear(h, d)
+        self.fc, self.relu = torch.nn.Linear(d, d), torch.nn.ReLU()
+        self.side, self.side_act = torch.nn.Linear(d, d), torch.nn.GELU()
+        self.gate, self.tanh_gelu = torch.nn.Linear(d, d), torch.nn.GELU(approximate="tanh")
+        self.a, self.b, self.shared = torch.nn.Linear(d, d), torch.nn.Linear(d, d), torch.nn.ReLU()
+
+    def forward(self, x):
+        s = self.side(x)
+        y = self.down(self.act(self.up(x))) + self.relu(self.fc(x)) + self.side_act(s) + s
+        return y + self.tanh_gelu(self.gate(x)) + self.shared(self.a(x)) + self.shared(self.b(x))
+
+
 masked_dense = tjt.dense_copy
 
 
 class Sparsify(unittest.TestCase):
+    def test_fused_activations(self):
+        torch.manual_seed(SEED)
+        model = torch.nn.Sequential(Mlp(64, 128), torch.nn.Linear(64, 64), torch.nn.GELU()).eval()
+        x = torch.randn(3, 9, 64)
+        rep = tjt.sparsify(model, sparsity=0.5, g=32, backend=BACKEND)
+        self.assertEqual(sorted(rep.fused), [("0.fc", "0.relu", "relu"), ("0.up", "0.act", "gelu"),
+                                             ("1", "2", "gelu")])
+        for name in ("0.act", "0.relu", "2"):
+            self.assertIsInstance(model.get_submodule(name), torch.nn.Identity)
+        for name in ("0.side_act", "0.tanh_gelu", "0.shared"):
+            self.assertNotIsInstance(model.get_submodule(name), torch.nn.Identity)
+        self.assertEqual(model[0].up.activation, "gelu")
+        self.assertEqual(model[0].side.activation, "none")
+        self.assertIn("0.up applies gelu: 0.act is now nn.Identity", str(rep))
+        ref = masked_dense(model)  # the dense copy applies the fused activations itself
+        with torch.no_grad():
+            self.assertLess(relerr(model(x), ref(x)), 1e-5)
+        plain = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.GELU())
+        rep = tjt.sparsify(plain, sparsity=0.5, g=32, backend=BACKEND, fuse_activations=False)
+        self.assertEqual(rep.fused, [])
+        self.assertIsInstance(plain[1], torch.nn.GELU)
+
     def test_sparsity_and_report(self):
         torch.manual_seed(SEED)
         model = Model().eval()

@@ -23,7 +23,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "python"))
 import tilejit.torch as tjt  # noqa: E402
-from tilejit.bert import SAMPLE_SENTENCES as SENTENCES  # noqa: E402
+from tilejit.data import SAMPLE_SENTENCES as SENTENCES  # noqa: E402
 from tilejit.torch import sentence_embeddings as embed  # noqa: E402
 
 MODEL = os.environ.get("TJ_MINILM_DIR") or os.path.join(ROOT, "default-model", "all-MiniLM-L6-v2")

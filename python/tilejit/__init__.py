@@ -53,14 +53,13 @@ def backend_built(backend):
 
 
 def load(pattern, weights, backend="auto", tuning_log=None, threads=0, cache_dir=None, device=0,
-         verbose=False, context=None, precision="auto"):
+         verbose=False, context=None, threading="auto", precision="auto"):
     """Loads a pattern (JSON) and its weights (safetensors) and prepares every layer on a backend
     ("auto", "cpu", "cuda" or "reference"), or on `context` (a Context) when given. Returns a
-    Model. precision (CPU backend): "auto" computes in bf16 where the CPU has avx512_bf16 or AMX
-    and a layer's weights are bfloat16, else fp32; "f32"; "bf16" (x and weights rounded to bf16,
-    fp32 accumulation and output)."""
+    Model. threads, threading, precision: as Context."""
     return Model(pattern, weights, backend=backend, tuning_log=tuning_log, threads=threads,
-                 cache_dir=cache_dir, device=device, verbose=verbose, context=context, precision=precision)
+                 cache_dir=cache_dir, device=device, verbose=verbose, context=context, threading=threading,
+                 precision=precision)
 
 
 def _enc(s):
@@ -199,13 +198,20 @@ def _device_empty(like, rows, cols):
 
 
 class Context:
-    """A tilejit context: the backend ("auto", "cpu", "cuda" or "reference"), worker threads,
-    kernel cache, tuning log and precision ("auto", "f32", "bf16": see load()). Models loaded on
-    one context share its thread pool and JIT; close() (or `with`) frees it once its models are
-    closed."""
+    """A tilejit context: the backend ("auto", "cpu", "cuda" or "reference"), CPU threads and where
+    they come from, kernel cache and tuning log. Models loaded on one context share its threads and
+    JIT; close() (or `with`) frees it once its models are closed.
+
+    threading: "auto" (the process's OpenMP runtime when one is loaded, as in a process that
+    imported torch; else tilejit's own worker threads), "pool" or "openmp" (docs/threads.md).
+    threads: CPU threads per call; 0: with OpenMP the calling thread's OpenMP thread count at each
+    call (torch.set_num_threads), with the own pool all cores.
+    precision (CPU backend): "auto" computes in bf16 where the CPU has avx512_bf16 or AMX and a
+    layer's weights are bfloat16, else fp32; "f32"; "bf16" (x and weights rounded to bf16, fp32
+    accumulation and output). Model.precision(layer, m) says which ran."""
 
     def __init__(self, backend="auto", tuning_log=None, threads=0, cache_dir=None, device=0, verbose=False,
-                 precision="auto"):
+                 threading="auto", precision="auto"):
         lib = library()
         self._lib = lib
         self._ctx = ctypes.c_void_p()
@@ -216,7 +222,10 @@ class Context:
         opt = lib.tj_options_default()
         opt.backend = L.BACKENDS[backend]
         opt.precision = L.PRECISIONS[precision]
+        if threading not in L.THREADING:
+            raise ValueError("tilejit: unknown threading %r (expected one of %s)" % (threading, ", ".join(L.THREADING)))
         opt.threads = int(threads)
+        opt.threading = L.THREADING[threading]
         opt.device = int(device)
         opt.verbose = 1 if verbose else 0
         keep = (_enc(cache_dir), _enc(tuning_log))
@@ -246,6 +255,17 @@ class Context:
     @property
     def backend(self):
         return self._lib.tj_backend_name(self._lib.tj_context_backend(self._ctx)).decode()
+
+    @property
+    def threading(self):
+        """Where the CPU backend's parallel loops run: "pool" or "openmp"."""
+        t = self._lib.tj_context_threading(self._ctx)
+        return next(k for k, v in L.THREADING.items() if v == t)
+
+    @property
+    def threads(self):
+        """The CPU threads a call made now from this thread would use (tj_context_threads)."""
+        return self._lib.tj_context_threads(self._ctx)
 
     @property
     def log(self):
@@ -313,9 +333,10 @@ class Model:
     concurrent linear() calls; close() (or `with`) frees it."""
 
     def __init__(self, pattern, weights, backend="auto", tuning_log=None, threads=0, cache_dir=None,
-                 device=0, verbose=False, context=None, precision="auto"):
+                 device=0, verbose=False, context=None, threading="auto", precision="auto"):
         self._setup(context, dict(backend=backend, tuning_log=tuning_log, threads=threads,
-                                  cache_dir=cache_dir, device=device, verbose=verbose, precision=precision))
+                                  cache_dir=cache_dir, device=device, verbose=verbose, threading=threading,
+                                  precision=precision))
         s = self._lib.tj_model_load(self._ctx, _enc(pattern), _enc(weights), ctypes.byref(self._model))
         self._finish(s)
 

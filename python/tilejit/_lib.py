@@ -67,6 +67,7 @@ TJ_OK = 0
 STATUS_NAMES = ["ok", "invalid argument", "I/O error", "bad file format", "not found", "out of memory",
                 "unsupported", "compile error", "device error", "internal error"]
 BACKENDS = {"auto": 0, "reference": 1, "cpu": 2, "cuda": 3}
+THREADING = {"auto": 0, "pool": 1, "openmp": 2}  # tj_threading
 PRECISIONS = {"auto": 0, "f32": 1, "bf16": 2}  # tj_precision (options); "f16" = 3 is only reported
 ACTIVATIONS = ["none", "relu", "gelu"]
 LAYOUT_ROW_MAJOR, LAYOUT_FEATURE_MAJOR = 0, 1
@@ -81,6 +82,7 @@ class Options(ctypes.Structure):
         ("tuning_log", ctypes.c_char_p),
         ("device", ctypes.c_int),
         ("verbose", ctypes.c_int),
+        ("threading", ctypes.c_int),
         ("precision", ctypes.c_int),  # tj_precision
     ]
 
@@ -231,6 +233,8 @@ def _declare(lib):
         "tj_last_error": (c.c_char_p, []),
         "tj_context_error": (c.c_char_p, [c.c_void_p]),
         "tj_context_backend": (c.c_int, [c.c_void_p]),
+        "tj_context_threading": (c.c_int, [c.c_void_p]),
+        "tj_context_threads": (c.c_int, [c.c_void_p]),
         "tj_context_log": (c.c_char_p, [c.c_void_p]),
         "tj_model_load": (c.c_int, [c.c_void_p, c.c_char_p, c.c_char_p, P(c.c_void_p)]),
         "tj_model_destroy": (None, [c.c_void_p]),

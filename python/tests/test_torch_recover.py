@@ -1,0 +1,251 @@
+"""Recovery after tile-wise pruning (tilejit.recover, TWLinear's autograd) on tiny random models:
+gradients of the tile-wise layer against finite differences and against the masked dense layer
+(tw1, tw2, tew, with activations); the pattern unchanged by training (every pruned weight still
+exactly 0, the kept sets identical); save, reload, bit-identical outputs; block recovery inside
+prune() and alone, and distillation fine-tuning, each bringing the model closer to the dense one;
+bad input (no data, a non-finite loss, a teacher whose outputs do not match) as one clear error with
+the model unchanged. Exit 77 (skip) without PyTorch/transformers."""
+import copy
+import json
+import os
+import sys
+import tempfile
+
+try:
+    import torch
+    import transformers  # noqa: F401
+except ImportError as e:
+    print("PyTorch or transformers is not installed (%s): skipping (scripts/install-torch)" % e)
+    sys.exit(77)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+sys.path.insert(0, HERE)
+import tiny_models as tiny  # noqa: E402
+import tilejit.torch as tjt  # noqa: E402
+from tilejit import data as D  # noqa: E402
+from tilejit.recover import TileLinear  # noqa: E402
+
+transformers.utils.logging.disable_progress_bar()
+torch.set_num_threads(2)
+failures = 0
+
+
+def check(cond, msg):
+    global failures
+    print(("ok: " if cond else "FAIL: ") + msg, flush=True)
+    if not cond:
+        failures += 1
+
+
+def quiet(msg):
+    pass
+
+
+def layer_of(w, mode, g, sparsity=0.5, act="none"):
+    """A pattern layer for weights w from the library's magnitude pruner (tw1, tw2 or tew)."""
+    from tilejit import Context
+    with Context(backend="reference") as c:
+        l = c.prune({"l": w.float()}, sparsity, mode=mode, g=g, ew_fraction=0.03)["layers"][0]
+    l["activation"] = act
+    return l
+
+
+def test_gradients():
+    g = torch.Generator().manual_seed(0)
+    for mode, act, uniform in (("tw1", "none", False), ("tw2", "gelu", False), ("tew", "relu", False),
+                               ("tw1", "gelu", True), ("tw2", "none", True)):
+        w = torch.randn(70, 45, generator=g, dtype=torch.float64)
+        b = torch.randn(70, generator=g, dtype=torch.float64)
+        l = layer_of(w, mode, 16, act=act)
+        if uniform:  # every tile keeping the same count, as the calibrated pruner's tw1 and tw2 do
+            l["tiles"] = [sorted(torch.randperm(45, generator=g)[:20].tolist()) for _ in l["tiles"]]
+        mode = mode + (" (one tensor)" if uniform else "")
+        mask = tjt.layer_mask(l)
+        tl = TileLinear(l, w, b)
+        tl.double()
+        check(tl.uniform == uniform, "%s: TileLinear keeps the tiles %s" % (mode, "in one tensor" if uniform else "apart"))
+        x = torch.randn(6, 45, generator=g, dtype=torch.float64, requires_grad=True)
+        ok = torch.autograd.gradcheck(lambda x, *ps: tl(x), (x, *tl.parameters()), eps=1e-6, atol=1e-5)
+        check(ok, "%s (%s): TileLinear's gradients of x and the kept weights match finite differences" % (mode, act))
+        # against the masked dense layer
+        ref = w * mask
+        x2 = x.detach().clone().requires_grad_(True)
+        y = x2 @ ref.t() + b
+        y = {"none": y, "gelu": torch.nn.functional.gelu(y), "relu": torch.relu(y)}[act]
+        y.square().sum().backward()
+        x3 = x.detach().clone().requires_grad_(True)
+        tl.zero_grad()
+        tl(x3).square().sum().backward()
+        wg = torch.zeros_like(w)
+        tl2 = copy.deepcopy(tl)
+        with torch.no_grad():  # the kept weights' gradients laid out densely, as dense_weight does
+            for p, q in zip(tl2.parameters(), tl.parameters()):
+                p.copy_(q.grad if q.grad is not None else torch.zeros_like(q))
+            wg = tl2.dense_weight()
+        wd = torch.nn.Parameter(ref.clone())
+        yd = x.detach() @ (wd * mask).t() + b
+        yd = {"none": yd, "gelu": torch.nn.functional.gelu(yd), "relu": torch.relu(yd)}[act]
+        yd.square().sum().backward()
+        check(torch.allclose(x3.grad, x2.grad, atol=1e-10) and torch.allclose(wg, wd.grad * mask, atol=1e-9)
+              and bool((wg[~mask] == 0).all()),
+              "%s: gradients equal the masked dense layer's (x and W ⊙ mask), none outside the pattern" % mode)
+        check(torch.equal(tl.dense_weight() != 0, mask & (w != 0)), "%s: dense_weight() is W ⊙ mask" % mode)
+    # TWLinear: x's gradient without trainable weights, then the kept weights trained
+    lin = torch.nn.Linear(96, 200)
+    tw = tjt.TWLinear.from_linear(lin, sparsity=0.5, g=32, name="l", backend="cpu")
+    x = torch.randn(7, 96, requires_grad=True)
+    tw(x).square().sum().backward()
+    xr = x.detach().clone().requires_grad_(True)
+    (xr @ tw.masked_weight().t() + tw.bias).square().sum().backward()
+    check(torch.allclose(x.grad, xr.grad, rtol=1e-4, atol=1e-4), "TWLinear: x's gradient equals the masked dense layer's")
+    pat = json.dumps(tw.layer, sort_keys=True)
+    k = tw.trainable()
+    opt = torch.optim.Adam(tw.parameters(), lr=1e-2)
+    for _ in range(5):
+        opt.zero_grad()
+        tw(torch.randn(9, 96)).square().mean().backward()
+        opt.step()
+    with torch.no_grad():
+        xe = torch.randn(4, 96)
+        yk, yt = tw(xe), k(xe)
+    check(float((yk - yt).abs().max()) < 1e-4, "TWLinear after training: the kernel (rebuilt) computes what the "
+          "trained kept weights do (max diff %.1e)" % float((yk - yt).abs().max()))
+    check(json.dumps(tw.layer, sort_keys=True) == pat and bool((tw.weight[~tw.mask()] == 0).all())
+          and sorted(tw.state_dict()) == ["bias", "weight"],
+          "TWLinear after training: same pattern, zeros outside it, state_dict keys weight and bias only")
+    cm = torch.compile(torch.nn.Sequential(tw), fullgraph=True)
+    with torch.no_grad():
+        yc = cm(xe)
+    check(torch.allclose(yc, yk, atol=1e-5), "torch.compile(fullgraph=True) still traces the forward")
+
+
+def pruned_pair(make, batches, **kw):
+    dense = make()
+    model = copy.deepcopy(dense)
+    rep = tjt.prune(model, batches, sparsity=0.6, g=32, allocation="uniform", progress=quiet, **kw)
+    return dense, model, rep
+
+
+def out_cos(model, dense, batches):
+    cs = []
+    with torch.no_grad():
+        for b in batches:
+            o, r = model(**b), dense(**b)
+            f = "logits" if hasattr(o, "logits") else "last_hidden_state"
+            m = b["attention_mask"].bool()
+            cs.append(torch.nn.functional.cosine_similarity(getattr(o, f)[m], getattr(r, f)[m], dim=-1))
+    return float(torch.cat(cs).mean())
+
+
+def same_pattern_and_zeros(model, pattern):
+    mods = dict(model.named_modules())
+    for l in pattern["layers"]:
+        m = mods[l["name"]]
+        w = m.masked_weight() if isinstance(m, tjt.TWLinear) else m.weight.detach()
+        if bool((w[~tjt.layer_mask(l)] != 0).any()):
+            return False
+    back = tjt.pattern_of(model)
+    return json.dumps(back["layers"], sort_keys=True) == json.dumps(pattern["layers"], sort_keys=True)
+
+
+def test_recovery(tok):
+    # enough tokens for the kept weights not to overfit: 192 chunks × 32 tokens × 64 features of
+    # targets against ~25,000 trainable values per block
+    cal = D.token_chunks(tok, " ".join(tiny.sentences(1800, 1, 8, 30)), 192, 32, 16)
+    held = D.token_chunks(tok, " ".join(tiny.sentences(200, 9, 8, 30)), 16, 32, 8)
+    # block recovery inside prune() against the same prune without it
+    dense, plain, _ = pruned_pair(tiny.llama, cal, num_samples=192)
+    _, rec, rep = pruned_pair(tiny.llama, cal, num_samples=192, recover="block", recover_steps=60, recover_lr=1e-3)
+    c0, c1 = out_cos(plain, dense, held), out_cos(rec, dense, held)
+    check(c1 > c0, "prune(recover='block'): held-out output cosine %.4f → %.4f" % (c0, c1))
+    check(len(rep.recovery) == 2 and all(r["heldout_after"] <= r["heldout_before"] for r in rep.recovery),
+          "  each block's held-out loss did not grow: %s" % [(round(r["heldout_before"], 4), round(r["heldout_after"], 4))
+                                                         for r in rep.recovery])
+    check(same_pattern_and_zeros(rec, rep.pattern), "  the pattern holds: pruned weights exactly 0, kept sets identical")
+    # recover() alone, on the plain prune
+    r = tjt.recover(plain, dense, cal, steps=60, lr=1e-3, progress=quiet)
+    c2 = out_cos(plain, dense, held)
+    check(c2 > c0 and len(r) == 2, "recover() alone: held-out output cosine %.4f → %.4f" % (c0, c2))
+    check(same_pattern_and_zeros(plain, plain._tilejit_pattern), "  the pattern holds")
+    # fine-tuning an encoder swapped to TWLinear, against its dense teacher
+    sents = tiny.sentences(160, 4)
+    bcal = D.sentence_batches(tok, sents[:128], 16, 48)
+    bheld = D.sentence_batches(tok, sents[128:], 16, 48)
+    bdense, bmodel, brep = pruned_pair(tiny.bert, bcal, num_samples=128)
+    with tempfile.TemporaryDirectory() as d:
+        tjt.save_pruned(bmodel, os.path.join(d, "p"))
+        tw_model = copy.deepcopy(bdense)
+        tjt.sparsify(tw_model, pattern=os.path.join(d, "p", "pattern.json"),
+                     weights=os.path.join(d, "p", "model.safetensors"), backend="cpu")
+    b0 = out_cos(tw_model, bdense, bheld)
+    res = tjt.finetune(tw_model, bdense, bcal, steps=80, lr=2e-3, loss="layers", eval_every=10, progress=quiet)
+    b1 = out_cos(tw_model, bdense, bheld)
+    check(b1 > b0 and res["heldout_after"] < res["heldout_before"],
+          "finetune (TWLinear model, loss 'layers'): held-out cosine %.4f → %.4f" % (b0, b1))
+    check(same_pattern_and_zeros(tw_model, brep.pattern), "  the pattern holds after fine-tuning")
+    # save, reload, bit-identical outputs
+    with tempfile.TemporaryDirectory() as d:
+        out = tjt.save_pruned(tw_model, os.path.join(d, "ft"))
+        again = type(bdense).from_pretrained(out).eval()
+        tjt.sparsify(again, pattern=os.path.join(out, "pattern.json"), backend="cpu")
+        with torch.no_grad():
+            same = all(torch.equal(tw_model(**b).last_hidden_state, again(**b).last_hidden_state) for b in bheld)
+        check(same, "saved, reloaded and sparsified again: bit-identical outputs")
+        saved = json.load(open(os.path.join(out, "pattern.json")))
+        check(json.dumps(saved["layers"], sort_keys=True) == json.dumps(brep.pattern["layers"], sort_keys=True),
+              "  the saved pattern is the pruned one")
+    # a finetune of a dense-layer model (prune()'s output) with the default loss (logits: KL)
+    res2 = tjt.finetune(rec, dense, cal, steps=20, lr=1e-3, progress=quiet)
+    check(res2["loss"] == "logits" and same_pattern_and_zeros(rec, rep.pattern),
+          "finetune of prune()'s model (nn.Linear layers, KL of the logits): the pattern holds")
+
+
+def state(m):
+    return {k: v.detach().clone() for k, v in m.state_dict().items()}
+
+
+def unchanged(m, st):
+    now = m.state_dict()
+    return all(torch.equal(now[k], st[k]) for k in st)
+
+
+def expect(what, fn, model, words):
+    st = state(model)
+    try:
+        fn()
+        check(False, "%s: no error" % what)
+    except tjt.PruneError as e:
+        check(all(w in str(e) for w in words), "%s: %s" % (what, e))
+    check(unchanged(model, st), "%s: the model is unchanged" % what)
+
+
+def test_bad_input(tok):
+    cal = D.token_chunks(tok, " ".join(tiny.sentences(200, 2, 8, 30)), 16, 32, 8)
+    dense, model, _ = pruned_pair(tiny.llama, cal, num_samples=16)
+    expect("finetune without data", lambda: tjt.finetune(model, dense, [], progress=quiet), model, ["no batch"])
+    expect("recover without data", lambda: tjt.recover(model, dense, None, progress=quiet), model, ["no data"])
+    expect("a non-finite loss", lambda: tjt.finetune(model, dense, cal, steps=3, loss=lambda o, r, b: (o.logits * float("nan")).sum(),
+                                                     progress=quiet), model, ["not finite", "step 1"])
+    other = tiny.llama(seed=5, hidden=48, heads=4, kv_heads=2)
+    other.resize_token_embeddings(300)
+    expect("a teacher whose outputs do not match", lambda: tjt.finetune(model, other, cal, steps=3, progress=quiet),
+           model, ["do not match"])
+    m2 = copy.deepcopy(dense)
+    expect("block recovery diverging", lambda: tjt.prune(m2, cal, sparsity=0.5, g=32, allocation="uniform",
+                                                         recover="block", recover_lr=1e12, recover_steps=5,
+                                                         progress=quiet), m2, ["not finite", "block"])
+
+
+def main():
+    tok = tiny.tokenizer()
+    test_gradients()
+    test_recovery(tok)
+    test_bad_input(tok)
+    print("%d failures" % failures)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

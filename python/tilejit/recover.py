@@ -1,0 +1,471 @@
+"""Recovery after tile-wise pruning, with the pattern held by construction (docs/pruning-torch.md):
+
+- TileLinear: a pruned linear layer whose parameters are only its kept weights, per tile (its rows ×
+  its kept input features), computed tile by tile from gathered inputs. A pruned weight is not a
+  parameter, so no optimiser can make it grow back and no mask is ever re-applied. TWLinear
+  trains through it; recovery swaps it in for the pruned nn.Linear of a block while it trains.
+- reconstruct_block: Adam on one block's kept weights, biases and norm parameters so that the
+  block, fed the pruned model's inputs, reproduces the dense block's outputs on the calibration
+  data (block-local reconstruction), with early stopping on held-out calibration batches. It
+  runs inside tilejit.torch.prune (recover="block") after each block, or alone: recover().
+- finetune: end-to-end distillation of the pruned model against the dense teacher."""
+import copy
+import math
+import time
+
+import torch
+from torch import nn
+
+from .sequential import (PruneError, PruneInterrupted, _hidden_of, _Inputs, _logger, _ModelState, _restore,
+                         call_model, catch_inputs, find_blocks, take_batches, token_mask)
+
+_ACT = {"none": None, "relu": torch.relu, "gelu": lambda y: nn.functional.gelu(y, approximate="none")}
+
+
+class TileLinear(nn.Module):
+    """y = act(x · (W ⊙ mask)ᵀ + b) for a tile-wise pattern layer (a dict of the tilejit-pattern
+    JSON), whose parameters are only the kept weights: when every tile keeps the same number of
+    input features (the calibrated pruner's tw1 and tw2), one tensor `w` [tiles × g × kept] (the
+    rows past the layer's last output feature are never used) and the kept indices [tiles × kept];
+    otherwise one parameter per tile in `tiles`. For tew, `ew` holds the residual's weights. The
+    forward gathers each tile's kept input features and multiplies them with the tile's weights;
+    autograd gives the gradients of x and of the kept weights from the same gathered products."""
+
+    def __init__(self, layer, weight, bias=None, train_bias=True):
+        super().__init__()
+        n, k, g = int(layer["n"]), int(layer["k"]), int(layer["g"])
+        if tuple(weight.shape) != (n, k):
+            raise ValueError("tilejit: layer '%s' has weights %s, its pattern [%d, %d]"
+                             % (layer.get("name"), tuple(weight.shape), n, k))
+        self.name, self.n, self.k, self.g = layer.get("name", ""), n, k, g
+        self.in_features, self.out_features = k, n
+        dev = weight.device
+        cols = torch.tensor(layer["cols"], dtype=torch.long, device=dev) if "cols" in layer else None
+        self.ncols = len(cols) if cols is not None else n
+        self.register_buffer("cols", cols, persistent=False)
+        w = weight.detach()
+        tiles = layer["tiles"]
+        self.ntiles = len(tiles)
+        rows = [self._rows(t, cols, dev) for t in range(self.ntiles)]
+        counts = {len(r) for r in tiles}
+        self.uniform = len(counts) == 1 and self.ntiles > 0 and counts != {0}
+        self.tiles = nn.ParameterList()
+        self._kept = []
+        if self.uniform:
+            kt = len(tiles[0])
+            idx = torch.tensor(tiles, dtype=torch.long, device=dev)  # [tiles × kept]
+            self.register_buffer("idx", idx, persistent=False)
+            packed = w.new_zeros(self.ntiles, g, kt)
+            for t, r in enumerate(rows):
+                packed[t, :len(r)] = w[r][:, idx[t]]
+            self.w = nn.Parameter(packed)
+        else:
+            self.w = None
+            for t, rows_in in enumerate(tiles):
+                kk = torch.tensor(rows_in, dtype=torch.long, device=dev)
+                self.register_buffer("kept%d" % t, kk, persistent=False)
+                self._kept.append("kept%d" % t)
+                self.tiles.append(nn.Parameter(w[rows[t]][:, kk].clone()))
+        ew = layer.get("ew")
+        self.ew = None
+        if ew and ew.get("indices"):
+            indptr = ew["indptr"]
+            r = torch.tensor([row for row in range(n) for _ in range(indptr[row], indptr[row + 1])], dtype=torch.long,
+                             device=dev)
+            c = torch.tensor(ew["indices"], dtype=torch.long, device=dev)
+            self.register_buffer("ew_rows", r, persistent=False)
+            self.register_buffer("ew_cols", c, persistent=False)
+            self.ew = nn.Parameter(w[r, c].clone())
+        self.bias = nn.Parameter(bias.detach().clone(), requires_grad=train_bias) if bias is not None else None
+        self.activation = layer.get("activation", "none")
+
+    def _rows(self, t, cols, dev):
+        """The output features (rows of W) of tile t."""
+        out = torch.arange(t * self.g, min((t + 1) * self.g, self.ncols), device=dev)
+        return cols[out] if cols is not None else out
+
+    def forward(self, x):
+        lead = x.shape[:-1]
+        x2 = x.reshape(-1, self.k)
+        m = x2.shape[0]
+        if self.uniform:
+            xg = x2.index_select(1, self.idx.reshape(-1)).view(m, self.ntiles, -1).transpose(0, 1)  # [T, M, kt]
+            y = torch.bmm(xg, self.w.transpose(1, 2)).transpose(0, 1).reshape(m, -1)[:, :self.ncols]
+        else:
+            outs = []
+            for name, wt in zip(self._kept, self.tiles):
+                kk = getattr(self, name)
+                outs.append(x2.index_select(1, kk) @ wt.t() if kk.numel() else x2.new_zeros(m, wt.shape[0]))
+            y = torch.cat(outs, 1) if outs else x2.new_zeros(m, 0)
+        if self.cols is not None:
+            y = x2.new_zeros(m, self.n).index_copy(1, self.cols, y)
+        if self.ew is not None:
+            y = y.index_add(1, self.ew_rows, x2.index_select(1, self.ew_cols) * self.ew)
+        if self.bias is not None:
+            y = y + self.bias
+        act = _ACT[self.activation]
+        if act is not None:
+            y = act(y)
+        return y.reshape(*lead, self.n)
+
+    def dense_weight(self):
+        """W ⊙ mask as a dense [n × k] tensor (zeros outside the pattern, exactly)."""
+        with torch.no_grad():
+            ref = self.w if self.uniform else (self.tiles[0] if len(self.tiles) else self.bias)
+            w = torch.zeros(self.n, self.k, dtype=ref.dtype if ref is not None else torch.float32,
+                            device=ref.device if ref is not None else None)
+            for t in range(self.ntiles):
+                rows = self._rows(t, self.cols, w.device)
+                if self.uniform:
+                    w[rows[:, None], self.idx[t][None, :]] = self.w[t, :len(rows)]
+                else:
+                    kk = getattr(self, self._kept[t])
+                    if kk.numel():
+                        w[rows[:, None], kk[None, :]] = self.tiles[t]
+            if self.ew is not None:
+                w[self.ew_rows, self.ew_cols] = self.ew
+        return w
+
+
+def _swap_in(model, names, pattern_by_name, train_bias=True):
+    """Replaces the named nn.Linear modules by TileLinear ones; returns {name: (parent, attr, old)}."""
+    swapped = {}
+    for n in names:
+        parent_name, _, attr = n.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        old = getattr(parent, attr)
+        tl = TileLinear(pattern_by_name[n], old.weight.detach().float(),
+                        old.bias.detach().float() if old.bias is not None else None, train_bias)
+        tl.to(old.weight.device)
+        setattr(parent, attr, tl)
+        swapped[n] = (parent, attr, old)
+    return swapped
+
+
+def _swap_out(swapped, keep=True):
+    """Puts the nn.Linear modules back, with the TileLinear's weights written in (when keep)."""
+    for n, (parent, attr, old) in swapped.items():
+        tl = getattr(parent, attr)
+        if keep:
+            with torch.no_grad():
+                old.weight.copy_(tl.dense_weight().to(old.weight.dtype))
+                if old.bias is not None:
+                    old.bias.copy_(tl.bias.detach().to(old.bias.dtype))
+        setattr(parent, attr, old)
+
+
+def _norm_params(block):
+    from .sequential import _is_norm
+    out = []
+    for m in block.modules():
+        if _is_norm(m):
+            out += [p for p in (getattr(m, "weight", None), getattr(m, "bias", None)) if isinstance(p, nn.Parameter)]
+    return out
+
+
+def _masked_mse(out, target, mask):
+    """Mean squared error over real tokens, relative to the target's mean square."""
+    d = (out - target).float()
+    if mask is not None and d.shape[:-1] == mask.shape:
+        d, t = d[mask], target.float()[mask]
+    else:
+        t = target.float()
+    return (d * d).mean() / (t * t).mean().clamp(min=1e-20)
+
+
+def reconstruct_block(block, names, pattern_by_name, ins, P, targets, *, steps=200, lr=1e-4, holdout=0.1,
+                      eval_every=25, patience=4, log=None, what="block", originals=None):
+    """Block-local reconstruction: Adam on the block's kept weights (the pruned layers `names`,
+    swapped for TileLinear while it trains), their biases and the block's norm parameters, so
+    that the block run on the pruned model's inputs P[b] reproduces targets[b] (the dense block's
+    outputs); mean squared error relative to the target's mean square over real tokens. The last
+    `holdout` of the batches (at least one, when there are two or more) is held out: every
+    `eval_every` steps its loss is measured, the best state kept, and training stops after
+    `patience` evaluations without improvement. Returns {"steps", "train_loss", "heldout_before",
+    "heldout_after", "seconds"}; the block keeps its best state (never worse than before on the
+    held-out batches)."""
+    t0 = time.perf_counter()
+    log = log or (lambda m: None)
+    nb = len(ins)
+    nh = 0 if nb < 2 else max(1, int(round(nb * holdout)))
+    train, held = list(range(nb - nh)), list(range(nb - nh, nb)) or list(range(nb))
+    swapped = _swap_in(block, names, pattern_by_name) if names else {}
+    norm = _norm_params(block)
+    if originals is not None:
+        for p in norm:
+            if id(p) not in originals:
+                originals[id(p)] = (p, p.detach().clone())
+    params = [p for _, (par, attr, _) in swapped.items() for p in getattr(par, attr).parameters() if p.requires_grad]
+    params += norm
+    ok = False
+    try:
+        req = [(p, p.requires_grad) for p in block.parameters()]
+        for p in block.parameters():
+            p.requires_grad_(False)
+        for p in params:
+            p.requires_grad_(True)
+        opt = torch.optim.Adam(params, lr=lr, foreach=True)
+
+        def held_loss():
+            with torch.no_grad():
+                return sum(float(_masked_mse(_hidden_of(ins[b].call(block, P[b])), targets[b], ins[b].mask))
+                           for b in held) / len(held)
+
+        def snapshot():
+            return [p.detach().clone() for p in params]
+        before = best = held_loss()
+        best_state, bad, step, last = snapshot(), 0, 0, float("nan")
+        with torch.enable_grad():
+            for step in range(1, steps + 1):
+                b = train[(step - 1) % len(train)]
+                loss = _masked_mse(_hidden_of(ins[b].call(block, P[b])), targets[b], ins[b].mask)
+                if not torch.isfinite(loss):
+                    raise PruneError("recovery of %s: the loss is not finite at step %d (batch %d); lower the "
+                                     "learning rate (%g)" % (what, step, b, lr))
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                last = float(loss.detach())
+                if step % eval_every == 0 or step == steps:
+                    h = held_loss()
+                    if h < best:
+                        best, best_state, bad = h, snapshot(), 0
+                    else:
+                        bad += 1
+                        if bad >= patience:
+                            break
+        with torch.no_grad():
+            for p, v in zip(params, best_state):
+                p.copy_(v)
+        for p, r in req:
+            p.requires_grad_(r)
+        ok = True
+    finally:
+        _swap_out(swapped, keep=ok)
+    res = {"steps": step, "train_loss": last, "heldout_before": before, "heldout_after": best,
+           "seconds": round(time.perf_counter() - t0, 2)}
+    log("recover: %s: held-out loss %.3e → %.3e in %d steps (%.1f s)" % (what, before, best, step, res["seconds"]))
+    return res
+
+
+def recover(model, dense_model, data, *, num_samples=512, max_seq_len=None, steps=200, lr=1e-4, holdout=0.1,
+            sequential_targets=None, pattern=None, progress=True):
+    """Block-local reconstruction of a pruned model (its pruned layers dense nn.Linear with zeros
+    outside the pattern, as tilejit.torch.prune leaves them) against the dense model it came from,
+    on calibration data (batches as tilejit.torch.prune takes them): block by block, the pruned
+    model's inputs to the block come through the already recovered blocks and the target is the
+    dense model's block output. pattern: the tilejit-pattern (default: the one prune() left on
+    the model). Errors and interrupts leave the model as it was. Returns [per-block results]."""
+    from .torch import pattern_of
+    log = _logger(progress)
+    pattern = pattern if pattern is not None else pattern_of(model)
+    if pattern is None:
+        raise PruneError("recover: the model has no tile-wise pattern (prune it first, or pass pattern=)")
+    if not isinstance(dense_model, nn.Module):
+        raise PruneError("recover: the dense model must be a torch.nn.Module")
+    by_name = {l["name"]: l for l in pattern["layers"]}
+    mods = dict(model.named_modules())
+    missing = [n for n in by_name if not isinstance(mods.get(n), nn.Linear)]
+    if missing:
+        raise PruneError("recover: pattern layer '%s' is not an nn.Linear of the model" % missing[0])
+    blocks = find_blocks(model, by_name, sequential_targets)
+    dblocks = find_blocks(dense_model, by_name, sequential_targets)
+    if not blocks:
+        blocks, dblocks = [("", model)], [("", dense_model)]
+    if [n for n, _ in blocks] != [n for n, _ in dblocks]:
+        raise PruneError("recover: the dense model's blocks (%d) do not match the pruned model's (%d)"
+                         % (len(dblocks), len(blocks)))
+    originals, results = {}, []
+    states = [_ModelState(model), _ModelState(dense_model)]
+    try:
+        for s in states:
+            s.enter()
+        batches, _ = take_batches(data, num_samples, max_seq_len, next(model.parameters()).device, "data")
+        whole = blocks[0][0] == ""
+        with torch.no_grad():
+            if whole:
+                from .sequential import _WholeModel
+                ins = [_WholeModel(b) for b in batches]
+                P = D = [None] * len(ins)
+            else:
+                ins = catch_inputs(model, blocks[0][1], batches)
+                dins = catch_inputs(dense_model, dblocks[0][1], batches)
+                P = [i.hidden() for i in ins]
+                D = [i.hidden() for i in dins]
+        for (bname, bmod), (_, dmod) in zip(blocks, dblocks):
+            prefix = bname + "." if bname else ""
+            names = [n for n in by_name if n.startswith(prefix)]
+            for n in names:
+                for p in (mods[n].weight, mods[n].bias):
+                    if p is not None and id(p) not in originals:
+                        originals[id(p)] = (p, p.detach().clone())
+            with torch.no_grad():
+                tg = [_hidden_of(ins[b].call(dmod, D[b])).detach() for b in range(len(ins))]
+            if names:
+                rel = {n[len(prefix):] if prefix else n: by_name[n] for n in names}
+                r = reconstruct_block(bmod, list(rel), rel, ins, P, tg, steps=steps, lr=lr, holdout=holdout,
+                                      log=log, what="block '%s'" % (bname or "the model"), originals=originals)
+                r["block"] = bname
+                results.append(r)
+            if not whole:
+                with torch.no_grad():
+                    P = [_hidden_of(ins[b].call(bmod, P[b])).detach() for b in range(len(ins))]
+                D = tg
+    except KeyboardInterrupt:
+        _restore(originals)
+        raise PruneInterrupted("tilejit.recover: interrupted; the model is unchanged") from None
+    except BaseException:
+        _restore(originals)
+        raise
+    finally:
+        for s in states:
+            s.leave()
+    return results
+
+
+def _distill_loss(kind, out, ref, batch):
+    mask = token_mask(batch)
+    if callable(kind):
+        return kind(out, ref, batch)
+    if kind == "logits":
+        lo, lr = out.logits.float(), ref.logits.float()
+        lp, lq = torch.log_softmax(lo, -1), torch.log_softmax(lr, -1)
+        kl = (lq.exp() * (lq - lp)).sum(-1)
+        return kl[mask].mean() if mask is not None and kl.shape == mask.shape else kl.mean()
+    if kind == "hidden":
+        ho, hr = out.last_hidden_state, ref.last_hidden_state
+        if mask is not None and ho.shape[:2] == mask.shape:
+            m = mask.unsqueeze(-1).to(ho.dtype)
+            po, pr = (ho * m).sum(1) / m.sum(1).clamp(min=1), (hr * m).sum(1) / m.sum(1).clamp(min=1)
+        else:
+            po, pr = ho.mean(1), hr.mean(1)
+        return (1 - nn.functional.cosine_similarity(po.float(), pr.float(), dim=-1)).mean()
+    if kind == "layers":
+        hs, rs = out.hidden_states, ref.hidden_states
+        tot = 0
+        for h, r in zip(hs[1:], rs[1:]):
+            tot = tot + _masked_mse(h, r, mask)
+        return tot / max(1, len(hs) - 1)
+    raise PruneError("finetune: loss=%r: expected 'hidden', 'layers', 'logits' or a callable" % (kind,))
+
+
+def finetune(model, teacher, data, *, steps=200, lr=2e-5, loss=None, num_samples=None, max_seq_len=None,
+             holdout=0.1, eval_every=25, patience=4, pattern=None, progress=True):
+    """Distillation fine-tuning of a pruned model against its dense teacher, end to end: only
+    the kept weights of the pruned layers (through TileLinear, so the pattern holds), all
+    biases and norm parameters train. loss: "hidden" (1 − cosine of the mean-pooled last hidden
+    state; the default for encoders), "layers" (relative MSE of every layer's hidden states),
+    "logits" (KL of the teacher's next-token distribution to the model's; the default for models
+    with logits), or a callable(output, teacher_output, batch) → scalar tensor. Adam, `steps`
+    steps over the batches, early stopping on the held-out last `holdout` of them (the best state
+    kept). Errors (no data, a non-finite loss, outputs that do not match) and interrupts leave the
+    model as it was. Returns {"steps", "heldout_before", "heldout_after", "seconds"}."""
+    from .torch import TWLinear, pattern_of
+    log = _logger(progress)
+    t0 = time.perf_counter()
+    pattern = pattern if pattern is not None else pattern_of(model)
+    if pattern is None:
+        raise PruneError("finetune: the model has no tile-wise pattern (prune it first, or pass pattern=)")
+    by_name = {l["name"]: l for l in pattern["layers"]}
+    mods = dict(model.named_modules())
+    batches, _ = take_batches(data, num_samples, max_seq_len, next(model.parameters()).device, "data")
+    nb = len(batches)
+    nh = 0 if nb < 2 else max(1, int(round(nb * holdout)))
+    train, held = list(range(nb - nh)), list(range(nb - nh, nb)) or list(range(nb))
+    originals, state, tstate = {}, _ModelState(model), _ModelState(teacher)
+    linears = [n for n in by_name if isinstance(mods.get(n), nn.Linear)]
+    tws = [mods[n] for n in by_name if isinstance(mods.get(n), TWLinear)]
+    if len(linears) + len(tws) != len(by_name):
+        raise PruneError("finetune: pattern layer '%s' is not a linear layer of the model"
+                         % next(n for n in by_name if n not in linears and not isinstance(mods.get(n), TWLinear)))
+    swapped = {}
+    ok = False
+    try:
+        state.enter()
+        tstate.enter()
+        with torch.no_grad():
+            refs = []
+            for i, b in enumerate(batches):
+                try:
+                    refs.append(call_model(teacher, b))
+                except Exception as e:
+                    raise PruneError("finetune: batch %d: the teacher rejected it: %s: %s" % (i, type(e).__name__, e)) from e
+        kind = loss or ("logits" if hasattr(refs[0], "logits") else "hidden")
+        for p in model.parameters():
+            if id(p) not in originals:
+                originals[id(p)] = (p, p.detach().clone())
+        for tw in tws:
+            for p in tw.kept.parameters():
+                originals.setdefault(id(p), (p, p.detach().clone()))
+        swapped = _swap_in(model, linears, by_name)
+        tile_params = [p for n in linears for p in getattr(swapped[n][0], swapped[n][1]).parameters()]
+        tile_params += [p for tw in tws for p in tw.kept.parameters()]
+        tile_ids = {id(p) for p in tile_params}
+        other = [p for m in model.modules() for p in (getattr(m, "bias", None),) if isinstance(p, nn.Parameter)
+                 and id(p) not in tile_ids]
+        other += [p for p in _norm_params(model) if id(p) not in tile_ids]
+        params = list({id(p): p for p in tile_params + other}.values())
+        req = [(p, p.requires_grad) for p in model.parameters()]
+        for p in model.parameters():
+            p.requires_grad_(False)
+        for p in params:
+            p.requires_grad_(True)
+        opt = torch.optim.Adam(params, lr=lr, foreach=True)
+
+        def eval_loss(idx):
+            with torch.no_grad():
+                return sum(float(_distill_loss(kind, call_model(model, batches[b]), refs[b], batches[b]))
+                           for b in idx) / len(idx)
+        try:
+            before = best = eval_loss(held)
+        except PruneError:
+            raise
+        except Exception as e:
+            raise PruneError("finetune: the model's and the teacher's outputs do not match: %s: %s"
+                             % (type(e).__name__, e)) from e
+        best_state, bad, step = [p.detach().clone() for p in params], 0, 0
+        with torch.enable_grad():
+            for step in range(1, steps + 1):
+                b = train[(step - 1) % len(train)]
+                lo = _distill_loss(kind, call_model(model, batches[b]), refs[b], batches[b])
+                if not torch.isfinite(lo):
+                    raise PruneError("finetune: the loss is not finite at step %d (batch %d); lower the learning "
+                                     "rate (%g)" % (step, b, lr))
+                opt.zero_grad(set_to_none=True)
+                lo.backward()
+                opt.step()
+                if step % eval_every == 0 or step == steps:
+                    h = eval_loss(held)
+                    log("finetune: step %d/%d, loss %.4e, held-out %.4e (%.0f s)" % (step, steps, float(lo), h,
+                                                                                   time.perf_counter() - t0))
+                    if h < best:
+                        best, best_state, bad = h, [p.detach().clone() for p in params], 0
+                    else:
+                        bad += 1
+                        if bad >= patience:
+                            break
+        with torch.no_grad():
+            for p, v in zip(params, best_state):
+                p.copy_(v)
+        for p, r in req:
+            p.requires_grad_(r)
+        ok = True
+    except KeyboardInterrupt:
+        _swap_out(swapped, keep=False)
+        swapped = {}
+        _restore(originals)
+        raise PruneInterrupted("tilejit.finetune: interrupted; the model is unchanged") from None
+    except BaseException:
+        _swap_out(swapped, keep=False)
+        swapped = {}
+        _restore(originals)
+        raise
+    finally:
+        if swapped:
+            _swap_out(swapped, keep=ok)
+        state.leave()
+        tstate.leave()
+    res = {"steps": step, "heldout_before": before, "heldout_after": best, "loss": kind if isinstance(kind, str) else
+           "callable", "seconds": round(time.perf_counter() - t0, 1)}
+    log("finetune: held-out loss %.4e → %.4e in %d steps (%.0f s)" % (before, best, step, res["seconds"]))
+    return res
