@@ -36,7 +36,7 @@ static FILE *out_, *errs_;
 static const char *help =
     "usage: tilejit bench --backend cpu --m M --n N --k K --sparsity S [--g 128] [--threads T]\n"
     "                     [--mode tw1|tw2] [--seed X] [--config JSON] [--min-time SEC] [--repeats R]\n"
-    "                     [--tuning-log LOG] [--clock wall|thread] [-v]\n"
+    "                     [--tuning-log LOG] [--clock wall|thread] [--dtype f32|bf16] [-v]\n"
     "       tilejit bench --backend cpu --m M --n N --k K --sweep S1,S2,... --csv OUT.csv\n"
     "                     [--plot OUT.png] [same options]\n\n"
     "Times one random tile-wise sparse layer Y = X · (W ⊙ mask)ᵀ (n × k, tiles of g, overall\n"
@@ -58,17 +58,21 @@ static const char *help =
     "(timed here, checked first), as a forced --config ({\"path\":\"dense\"} forces it), else the\n"
     "tuning log, else the measured rule decides (docs/dense-path.md; -v says why per sparsity). The\n"
     "latency table of a measured allocation wants run_ms: the time that will actually run.\n"
+    "--dtype bf16: X rounded to bf16 (the kernel reads bf16 X and weights, accumulates in fp32,\n"
+    "writes fp32 Y; its config's dot resolved for this M: AMX tiles, vdpbf16ps or fp32 FMA on\n"
+    "widened values) and timed against oneDNN bf16 only, which is then `dense`.\n"
     "Ends with one line (in sweep mode, for the last sparsity):\n"
     "  speedup <dense/tilejit> tilejit_ms <ms> dense_ms <ms> kept_gflops <GFLOP/s of kept work>\n"
-    "  baseline <onednn_f32|openblas> baseline_gflops <GF/s> peak_gflops <GF/s> onednn_f32_ms <ms>\n"
-    "  onednn_bf16_ms <ms> openblas_ms <ms> speedup_bf16 <onednn_bf16/tilejit> run_ms <ms>\n"
-    "  path <kernel|onednn|openblas> weights_gbps <kept weight bytes / tilejit time>\n"
-    "  read_gbps <host read bandwidth at that footprint, same threads>   (nan: unavailable)\n"
+    "  baseline <onednn_f32|onednn_bf16|openblas> baseline_gflops <GF/s> peak_gflops <GF/s>\n"
+    "  onednn_f32_ms <ms> onednn_bf16_ms <ms> openblas_ms <ms> speedup_bf16 <onednn_bf16/tilejit>\n"
+    "  run_ms <ms> path <kernel|onednn|openblas> weights_gbps <kept weight bytes / tilejit time>\n"
+    "  read_gbps <host read bandwidth at that footprint, same threads> dtype <f32|bf16>\n"
+    "  efficiency <dense·density/tilejit>   (nan: unavailable; 1 is the ideal 1/density speedup)\n"
     "The CSV (sweep mode) has one row per sparsity with the same fields and the baseline's name.\n";
 
 typedef struct bopts {
     int64_t m, n, k, g;
-    int mode, threads, repeats, thread_clock;
+    int mode, threads, repeats, thread_clock, bf16;
     uint64_t seed;
     double min_time;
     const char *config;
@@ -247,6 +251,10 @@ static int time_baselines(const char *C, const bopts *o, const float *x, const f
         tj_dense *d = NULL;
         res->base_s[kd] = NAN;
         res->base_name[kd][0] = '\0';
+        if (o->bf16 && kd != TJ_DENSE_ONEDNN_BF16) { /* --dtype bf16: the bf16 library only */
+            snprintf(res->base_why[kd], sizeof res->base_why[kd], "not timed with --dtype bf16");
+            continue;
+        }
         if (tj_dense_create((tj_dense_kind)kd, x, w, y, o->m, o->n, o->k, o->threads, &d, &err) != TJ_OK) {
             snprintf(res->base_why[kd], sizeof res->base_why[kd], "%.290s", err.msg);
             continue;
@@ -261,11 +269,13 @@ static int time_baselines(const char *C, const bopts *o, const float *x, const f
         }
         res->base_s[kd] = time_it(run_dense, d, o->min_time, o->repeats);
         tj_dense_destroy(d);
-        if (kd != TJ_DENSE_ONEDNN_BF16 && (res->best < 0 || res->base_s[kd] < res->dense_s)) {
+        if ((kd != TJ_DENSE_ONEDNN_BF16) != o->bf16 && (res->best < 0 || res->base_s[kd] < res->dense_s)) {
             res->best = kd;
             res->dense_s = res->base_s[kd];
         }
     }
+    if (res->best < 0 && o->bf16)
+        return tj_args_fail(errs_, C, "--dtype bf16 needs oneDNN's bf16 matmul as its baseline: %s", res->base_why[TJ_DENSE_ONEDNN_BF16]);
     if (res->best < 0)
         return tj_args_fail(errs_, C, "no fp32 dense baseline: %s; %s", res->base_why[TJ_DENSE_ONEDNN_F32],
                         res->base_why[TJ_DENSE_OPENBLAS]);
@@ -313,7 +323,13 @@ static int bench_point(const char *C, const bopts *o, double s, tj_cpu_jit *jit,
     }
     if (o->verbose && note[0] && !o->config) fprintf(errs_, "tilejit bench: %s\n", note);
     /* a forced dense path ({"path":"dense"}) still builds the default kernel, timed beside it */
-    tj_status cs = tj_cpu_config_from_json(o->config && !tj_tune_config_is_dense(o->config) ? o->config : tuned, &cfg, &err);
+    const char *cjson = o->config && !tj_tune_config_is_dense(o->config) ? o->config : tuned;
+    tj_status cs = tj_cpu_config_from_json(cjson, &cfg, &err);
+    if (cs == TJ_OK && o->bf16 && !tj_cpu_config_json_has(cjson, "dtype")) { /* --dtype bf16, unless the config says */
+        cfg.dtype = TJ_CPU_ACT_BF16;
+        if (!tj_cpu_config_json_has(cjson, "dot")) cfg.dot = TJ_CPU_DOT_AUTO;
+    }
+    tj_cpu_config_resolve_m(&cfg, &l, o->m); /* the runtime's choice for this M */
     free(tuned);
     if (cs != TJ_OK) {
         tj_args_fail(errs_, C, "--config: %s", err.msg);
@@ -461,7 +477,7 @@ int tj_bench_cpu_main(int argc, char **argv, FILE *out, FILE *errs)
     const char *C = "tilejit bench";
     const char *backend = NULL, *m_s = NULL, *n_s = NULL, *k_s = NULL, *s_s = NULL, *g_s = "128", *t_s = NULL,
                *mode_s = "tw1", *seed_s = "1", *config = NULL, *mt_s = "0.2", *rep_s = "5", *sweep = NULL, *csv = NULL,
-               *plot = NULL, *tlog = NULL, *clock_s = "wall";
+               *plot = NULL, *tlog = NULL, *clock_s = "wall", *dtype_s = "f32";
     int verbose = 0;
     tj_arg_opt opts[] = {
         {"backend", 1, &backend, NULL}, {"m", 1, &m_s, NULL},       {"n", 1, &n_s, NULL},
@@ -470,7 +486,7 @@ int tj_bench_cpu_main(int argc, char **argv, FILE *out, FILE *errs)
         {"config", 1, &config, NULL},   {"min-time", 1, &mt_s, NULL}, {"repeats", 1, &rep_s, NULL},
         {"sweep", 1, &sweep, NULL},     {"csv", 1, &csv, NULL},      {"plot", 1, &plot, NULL},
         {"tuning-log", 1, &tlog, NULL}, {"v", 0, NULL, &verbose},    {"verbose", 0, NULL, &verbose},
-        {"clock", 1, &clock_s, NULL},
+        {"clock", 1, &clock_s, NULL},   {"dtype", 1, &dtype_s, NULL},
         {NULL, 0, NULL, NULL},
     };
     const char *pos[1];
@@ -513,6 +529,9 @@ int tj_bench_cpu_main(int argc, char **argv, FILE *out, FILE *errs)
         return tj_args_fail(errs_, C, "--clock: '%s' is not wall or thread", clock_s);
     }
     use_thread_clock = o.thread_clock;
+    if (strcmp(dtype_s, "bf16") == 0) o.bf16 = 1;
+    else if (strcmp(dtype_s, "f32") != 0 && strcmp(dtype_s, "fp32") != 0)
+        return tj_args_fail(errs_, C, "--dtype: '%s' is not f32 or bf16", dtype_s);
     if (tj_args_parse_int(errs_, C, "repeats", rep_s, 1, 64, &v)) return 1;
     o.repeats = (int)v;
     char *cfg_text = NULL;
@@ -563,7 +582,7 @@ int tj_bench_cpu_main(int argc, char **argv, FILE *out, FILE *errs)
                 else
                     fprintf(out_, "baseline %-11s %s: %.4f ms, %.1f GFLOP/s%s\n", tj_dense_kind_word((tj_dense_kind)kd),
                            res.base_name[kd], res.base_s[kd] * 1e3, dflop / res.base_s[kd] * 1e-9,
-                           kd == res.best ? "  <- dense (fastest fp32)" : "");
+                           kd == res.best ? (o.bf16 ? "  <- dense (bf16)" : "  <- dense (fastest fp32)") : "");
             }
             fprintf(out_, "%-6s %-8s %11s %11s %9s %9s %8s %7s %8s %9s %11s %-8s %7s %7s\n", "sparse", "density", "tilejit_ms",
                    "dense_ms", "kept_GF/s", "dense_GF/s", "speedup", "ideal", "jit_ms", "relerr", "run_ms", "path", "w_GB/s",
@@ -596,12 +615,12 @@ int tj_bench_cpu_main(int argc, char **argv, FILE *out, FILE *errs)
     double dflop = 2.0 * (double)o.m * (double)o.n * (double)o.k;
     fprintf(out_, "speedup %.3f tilejit_ms %.4f dense_ms %.4f kept_gflops %.2f baseline %s baseline_gflops %.2f peak_gflops %.2f "
            "onednn_f32_ms %.4f onednn_bf16_ms %.4f openblas_ms %.4f speedup_bf16 %.3f run_ms %.4f path %s weights_gbps %.2f "
-           "read_gbps %.2f\n",
+           "read_gbps %.2f dtype %s efficiency %.3f\n",
            res.dense_s / res.tj_s, res.tj_s * 1e3, res.dense_s * 1e3, 2.0 * (double)o.m * (double)res.kept / res.tj_s * 1e-9,
            tj_dense_kind_word((tj_dense_kind)res.best), dflop / res.dense_s * 1e-9, peak,
            res.base_s[TJ_DENSE_ONEDNN_F32] * 1e3, res.base_s[TJ_DENSE_ONEDNN_BF16] * 1e3,
            res.base_s[TJ_DENSE_OPENBLAS] * 1e3, res.base_s[TJ_DENSE_ONEDNN_BF16] / res.tj_s, res.run_s * 1e3, res.path,
-           res.wbytes / res.tj_s * 1e-9, res.read_gbps);
+           res.wbytes / res.tj_s * 1e-9, res.read_gbps, o.bf16 ? "bf16" : "f32", res.dense_s * res.density / res.tj_s);
     rc = 0;
 out:
     if (cf) fclose(cf);

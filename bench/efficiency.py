@@ -1,18 +1,20 @@
 #!/usr/bin/env python3
 """The CPU efficiency table: `tilejit bench --backend cpu` over shapes × M × threads × sparsity.
 
-Efficiency = (the fastest fp32 dense library's time × density) / tilejit's time, both timed in the
-same `tilejit bench` run on the same X and W (oneDNN and OpenBLAS, bench/dense_cpu.c); 1.0 is the
-ideal 1/density speedup. Each (shape, M, threads) point is one `tilejit bench --sweep` call that
+Efficiency = (the fastest dense library's time × density) / tilejit's time, both timed in the
+same `tilejit bench` run on the same X and W (bench/dense_cpu.c); the library is of the same
+precision: --dtype f32 (default) oneDNN fp32 or OpenBLAS, --dtype bf16 oneDNN bf16 against
+tilejit's bf16 kernel (`tilejit bench --dtype bf16`: AMX, vdpbf16ps or FMA on widened values, as
+the runtime picks for M). 1.0 is the ideal 1/density speedup. Each (shape, M, threads) point is one `tilejit bench --sweep` call that
 times the dense libraries once and tilejit at every sparsity, plus density 1.0 (sparsity 0) for
 reference: tilejit's speed on the unpruned layer against the same dense time. Every call runs
 under `flock LOCK chrt -f 10` (one benchmark at a time on a shared machine, real-time priority
 over builds), so other benchmarks interleave between calls; --runs R repeats the whole sweep R
 times, interleaved, and the table gives the median (and spread) of the R runs.
 
-  bench/efficiency                          # the full table: 9 shapes, M 1,16,128,512, 1 and 2 threads
-  bench/efficiency --shapes 4096x4096 --m 16 --threads 1 --runs 3
-  bench/efficiency --markdown > table.md    # the table as Markdown (bench/RESULTS.md)
+  bench/efficiency.py                       # the full table: 9 shapes, M 1,16,128,512, 1 and 2 threads
+  bench/efficiency.py --shapes 4096x4096 --m 16 --threads 1 --runs 3
+  bench/efficiency.py --dtype bf16 --markdown > table.md   # bf16, as Markdown (bench/RESULTS.md)
 
 Shapes are n×k (out_features × in_features). Exit status 1 when a bench call fails.
 """
@@ -40,6 +42,7 @@ def parse_args(argv):
     ap.add_argument("--m", default="1,16,128,512", help="token counts M")
     ap.add_argument("--threads", default="1,2", help="thread counts")
     ap.add_argument("--sparsity", default="0.5,0.75", help="sparsities")
+    ap.add_argument("--dtype", choices=["f32", "bf16"], default="f32", help="bench --dtype: the precision of both sides")
     ap.add_argument("--no-dense-ref", action="store_true", help="skip tilejit at density 1.0")
     ap.add_argument("--runs", type=int, default=3, help="runs of the whole sweep (median over runs)")
     ap.add_argument("--min-time", default="0.02", help="bench --min-time (seconds per repeat)")
@@ -70,6 +73,8 @@ def command(a, n, k, m, t, csv_path):
     sweep = ([] if a.no_dense_ref else ["0"]) + ["%g" % s for s in a.s_list]
     cmd = [a.tilejit, "bench", "--backend", "cpu", "--m", str(m), "--n", str(n), "--k", str(k), "--threads", str(t),
            "--sweep", ",".join(sweep), "--csv", csv_path, "--min-time", a.min_time, "--repeats", a.repeats]
+    if a.dtype != "f32":
+        cmd += ["--dtype", a.dtype]
     if a.config:
         cmd += ["--config", a.config]
     if a.tuning_log:
@@ -86,7 +91,7 @@ def run_point(a, n, k, m, t, tmp):
     cmd = command(a, n, k, m, t, path)
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if p.returncode != 0:
-        sys.stderr.write("bench/efficiency: %s failed (%d):\n%s%s" % (" ".join(cmd), p.returncode, p.stdout, p.stderr))
+        sys.stderr.write("bench/efficiency.py: %s failed (%d):\n%s%s" % (" ".join(cmd), p.returncode, p.stdout, p.stderr))
         sys.exit(1)
     with open(path, newline="") as f:
         return list(csv.DictReader(f))
@@ -104,7 +109,7 @@ def main(argv):
             print(" ".join(command(a, n, k, m, t, "OUT.csv")))
         return 0
     if not shutil.which(a.tilejit) and not os.access(a.tilejit, os.X_OK):
-        sys.stderr.write("bench/efficiency: no tilejit at %s (--tilejit)\n" % a.tilejit)
+        sys.stderr.write("bench/efficiency.py: no tilejit at %s (--tilejit)\n" % a.tilejit)
         return 1
     t0 = time.time()
     rows = {}  # (n, k, m, t) -> list over runs of csv rows
