@@ -208,6 +208,26 @@ static void test_codegen(void)
     LLVMDisposeMessage(triple);
 }
 
+/* tj_linear of the model's layer enc.fc1 (layer l with weights lw) on fresh random x [mm × k],
+ * poisoned y first: its relative error to the reference (1e9 when a value is not finite). */
+static double model_call_error(tj_model *m, const tj_layer *l, const tj_layer_weights *lw, int64_t mm, uint64_t seed)
+{
+    float *x = malloc((size_t)(mm * l->k) * 4), *y = malloc((size_t)(mm * l->n) * 4), *ref = malloc((size_t)(mm * l->n) * 4);
+    tj_rng r = {seed};
+    tj_test_fill(&r, x, mm * l->k);
+    for (int64_t i = 0; i < mm * l->n; i++) y[i] = NAN;
+    int64_t xs[2] = {mm, l->k}, ys[2] = {mm, l->n};
+    DLTensor xt = {x, {kDLCPU, 0}, 2, {kDLFloat, 32, 1}, xs, NULL, 0};
+    DLTensor yt = {y, {kDLCPU, 0}, 2, {kDLFloat, 32, 1}, ys, NULL, 0};
+    CHECK(tj_linear(m, "enc.fc1", &xt, &yt, NULL) == TJ_OK);
+    tj_reference_linear(l, lw, x, mm, ref);
+    double e = tj_test_all_finite(y, mm * l->n) ? tj_test_relerr(y, ref, mm * l->n) : 1e9;
+    free(x);
+    free(y);
+    free(ref);
+    return e;
+}
+
 /* The model interface (fp32 tensors) over a bf16 layer: x rounded once, bf16 y widened back. */
 static void test_model_path(void)
 {
@@ -241,18 +261,8 @@ static void test_model_path(void)
            run_cfg ? run_cfg : "(null)");
     tj_layer_weights lw = {w, TJ_BF16, b, TJ_BF16};
     for (int64_t mm = 1; m && mm <= 64; mm *= 4) {
-        float *x = malloc((size_t)(mm * c.k) * 4), *y = malloc((size_t)(mm * c.n) * 4), *ref = malloc((size_t)(mm * c.n) * 4);
-        tj_rng r = {500 + (uint64_t)mm};
-        tj_test_fill(&r, x, mm * c.k);
-        for (int64_t i = 0; i < mm * c.n; i++) y[i] = NAN;
-        int64_t xs[2] = {mm, c.k}, ys[2] = {mm, c.n};
-        DLTensor xt = {x, {kDLCPU, 0}, 2, {kDLFloat, 32, 1}, xs, NULL, 0};
-        DLTensor yt = {y, {kDLCPU, 0}, 2, {kDLFloat, 32, 1}, ys, NULL, 0};
-        CHECK(tj_linear(m, "enc.fc1", &xt, &yt, NULL) == TJ_OK);
-        tj_reference_linear(&l, &lw, x, mm, ref);
-        double e = tj_test_all_finite(y, mm * c.n) ? tj_test_relerr(y, ref, mm * c.n) : 1e9;
+        double e = model_call_error(m, &l, &lw, mm, 500 + (uint64_t)mm);
         CHECKF(e <= LOOSE, "model path M=%lld: relerr %g (bound %g)", (long long)mm, e, LOOSE);
-        free(x); free(y); free(ref);
     }
     tj_model_destroy(m);
     tj_context_destroy(ctx);
@@ -276,19 +286,9 @@ static void test_model_path(void)
             CHECK(tj_model_layer_precision(m, 0, mm, &got) == TJ_OK);
             CHECKF(got == (tj_precision)pi, "asked %s, layer runs %s at M=%lld", tj_precision_name((tj_precision)pi),
                    tj_precision_name(got), (long long)mm);
-            float *x = malloc((size_t)(mm * c.k) * 4), *y = malloc((size_t)(mm * c.n) * 4), *ref = malloc((size_t)(mm * c.n) * 4);
-            tj_rng r = {800 + (uint64_t)mm + (uint64_t)pi};
-            tj_test_fill(&r, x, mm * c.k);
-            for (int64_t i = 0; i < mm * c.n; i++) y[i] = NAN;
-            int64_t xs[2] = {mm, c.k}, ys[2] = {mm, c.n};
-            DLTensor xt = {x, {kDLCPU, 0}, 2, {kDLFloat, 32, 1}, xs, NULL, 0};
-            DLTensor yt = {y, {kDLCPU, 0}, 2, {kDLFloat, 32, 1}, ys, NULL, 0};
-            CHECK(tj_linear(m, "enc.fc1", &xt, &yt, NULL) == TJ_OK);
-            tj_reference_linear(&l, &lw, x, mm, ref);
-            double e = tj_test_all_finite(y, mm * c.n) ? tj_test_relerr(y, ref, mm * c.n) : 1e9;
+            double e = model_call_error(m, &l, &lw, mm, 800 + (uint64_t)mm + (uint64_t)pi);
             double bound = pi == TJ_PRECISION_F32 ? TIGHT_F32 : LOOSE; /* f32: the bf16 weights exactly */
             CHECKF(e <= bound, "precision %s M=%lld: relerr %g (bound %g)", tj_precision_name((tj_precision)pi), (long long)mm, e, bound);
-            free(x); free(y); free(ref);
         }
         tj_model_destroy(m);
         tj_context_destroy(ctx);
