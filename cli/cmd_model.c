@@ -383,12 +383,13 @@ int cmd_model(int argc, char **argv)
     double dens = tot_w > 0 ? tot_kept / tot_w : 0;
     printf("%-44s %6s %6s %8.4f %10s %-8s %-4s %10s %10s %8s\n", "total", "", "", dens, "", "", "", a, b, sp);
     if (!gpu) { /* the faster library per layer: say which, and how often */
-        int o = snprintf(dense_name, sizeof dense_name,
-                         "the whole layer (bias, activation), fastest fp32 of %s (%d layers) and %s (%d layers)",
-                         dname[0][0] ? dname[0] : "oneDNN (unavailable)", dwins[0],
-                         dname[1][0] ? dname[1] : "OpenBLAS (unavailable)", dwins[1]);
+        int o = snprintf(dense_name, sizeof dense_name, "the whole layer (bias, activation)");
+        if (nbf16 < nl && o > 0 && (size_t)o < sizeof dense_name)
+            o += snprintf(dense_name + o, sizeof dense_name - (size_t)o, ", fastest fp32 of %s (%d layers) and %s (%d layers)",
+                          dname[0][0] ? dname[0] : "oneDNN (unavailable)", dwins[0],
+                          dname[1][0] ? dname[1] : "OpenBLAS (unavailable)", dwins[1]);
         if (nbf16 && o > 0 && (size_t)o < sizeof dense_name)
-            snprintf(dense_name + o, sizeof dense_name - (size_t)o, "; %s for the %d bf16 layers",
+            snprintf(dense_name + o, sizeof dense_name - (size_t)o, "%s %s for the %d bf16 layers", nbf16 < nl ? ";" : ",",
                      dname[2][0] ? dname[2] : "oneDNN bf16 (unavailable)", nbf16);
     }
     printf("dense baseline: %s; ideal speedup 1/density = %.2fx\n", dense_name, dens > 0 ? 1 / dens : 0);
