@@ -97,8 +97,9 @@ def main(argv=None):
                     help="rebuild each layer to reproduce the dense model's output (default) or its own")
     ap.add_argument("--residual", action=argparse.BooleanOptionalAction, default=True,
                     help="layers added to a residual also make up for its drift (default on)")
-    ap.add_argument("--norm-refit", action=argparse.BooleanOptionalAction, default=True,
-                    help="refit the norm after each such sum to the dense output (default on)")
+    ap.add_argument("--norm-refit", action=argparse.BooleanOptionalAction, default=None,
+                    help="refit the norm after each such sum to the dense output (default: in post-norm "
+                         "blocks only, as BERT's)")
     ap.add_argument("--sequential", action=argparse.BooleanOptionalAction, default=True,
                     help="prune group by group on the already pruned model's activations (default on)")
     ap.add_argument("--evaluate", type=int, default=0, metavar="N",

@@ -577,7 +577,13 @@ class _Block:
                 out = hk.run(inp, module, hidden)
         finally:
             hk.remove()
-        self.hidden_width = _hidden_of(out).shape[-1]
+        hid = _hidden_of(out)
+        self.hidden_width = hid.shape[-1]
+        # post-norm (BERT): the block's output is its last norm's output, so a norm at a sum point
+        # carries the residual stream itself; pre-norm (LLaMA): norms only feed branches
+        last = next(((n, t) for kind, n, t in reversed(order) if kind == "out"), None)
+        self.post_norm = (last is not None and last[0] in self.norms and torch.is_tensor(last[1])
+                          and last[1].data_ptr() == hid.data_ptr())
         # groups: consecutive first firings of selected layers on one input tensor
         self.groups, seen, last = [], set(), None
         events = []
@@ -674,7 +680,7 @@ class _Engine:
         self.target = target
         # the residual drift and the norm refit compare two streams: sequential, dense target only
         self.residual = residual and target == "dense" and sequential
-        self.norm_refit = norm_refit and target == "dense" and sequential
+        self.norm_refit = norm_refit if target == "dense" and sequential else False  # None: auto
         self.sequential = sequential
         self.log = log
         self.report = report
@@ -702,7 +708,8 @@ class _Engine:
         rel = lambda n: n[len(prefix):] if prefix else n  # noqa: E731
         dense_of = {n: dmods[rel(n)] for n in list(blk.mods) + list(blk.norms)}
         resid = {n: s for n, s in blk.sum_point.items()} if self.residual else {}
-        refit = {n: s for n, s in blk.sum_point.items() if s is not None} if self.norm_refit else {}
+        on = blk.post_norm if self.norm_refit is None else self.norm_refit
+        refit = {n: s for n, s in blk.sum_point.items() if s is not None} if on else {}
         xref = {g[0]: [] for g in blk.groups}
         rref = {n: [] for n in resid}
         yref = {s: [] for s in set(refit.values())}
@@ -1149,7 +1156,7 @@ def _global_densities(selected, sparsity, mode, g, ew):
 
 def prune(model, data, *, sparsity=None, budget_ms=None, mode="tw1", g=128, layers=None, ignore=DEFAULT_IGNORE,
           num_samples=512, max_seq_len=None, allocation="measured", sequential=True, target="dense", residual=True,
-          norm_refit=True, loss=None, sequential_targets=None, profile_data=None, profile_samples=64, steps=16,
+          norm_refit=None, loss=None, sequential_targets=None, profile_data=None, profile_samples=64, steps=16,
           measure=(2, 4, 8, 12), latency_m=128, threads=None, damp=None, ew=None, tilejit=None, progress=True,
           recover=None, recover_steps=200, recover_lr=1e-4):
     """The engine of tilejit.torch.prune (documented there)."""

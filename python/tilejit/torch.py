@@ -679,7 +679,7 @@ from .recover import TileLinear, finetune, recover  # noqa: E402
 
 def prune(model, data, *, sparsity=None, budget_ms=None, mode="tw1", g=128, layers=None, ignore=DEFAULT_IGNORE,
           num_samples=512, max_seq_len=None, allocation="measured", sequential=True, target="dense", residual=True,
-          norm_refit=True, loss=None, sequential_targets=None, profile_data=None, profile_samples=64, steps=16,
+          norm_refit=None, loss=None, sequential_targets=None, profile_data=None, profile_samples=64, steps=16,
           measure=(2, 4, 8, 12), latency_m=128, threads=None, damp=None, ew=None, tilejit=None, progress=True,
           recover=None, recover_steps=200, recover_lr=1e-4):
     """Prunes a model's nn.Linear layers tile-wise in place, calibrated on the user's data, and
@@ -705,7 +705,8 @@ def prune(model, data, *, sparsity=None, budget_ms=None, mode="tw1", g=128, laye
       forward hooks fire) is pruned on inputs that come through the already pruned groups;
       target "dense": rebuilt to reproduce the dense model's output (else its own); residual:
       layers whose output is added to a residual also make up for its drift; norm_refit: the
-      norm after such a sum is refitted to the dense model's output.
+      norm after such a sum is refitted to the dense model's output (None, the default: only in
+      post-norm blocks, whose output is a norm's, as BERT's; True: always; False: never).
     sequential_targets: the blocks (a regex on module or class names, or a list of names);
       default: the entries of the model's first nn.ModuleList of 2+ entries with a selected layer.
     progress: True (lines on stderr), False, or a callable taking each line.
