@@ -23,7 +23,7 @@ static const int cpu_nr[] = {16, 24, 32, 48, 64}; /* 24: AVX2 4 × 24 (3 ymm) */
 static const char *const cpu_offsets[] = {"table", "unrolled"};
 static const int cpu_unroll[] = {1, 4, 8};
 static const int cpu_mb[] = {0, 32, 128}; /* tokens per work item; 0: the backend's ~96 */
-static const int cpu_kc[] = {0, 384};     /* kept rows per k-block; 0: the backend's L1-sized */
+static const int cpu_kc[] = {-1, 0, 384}; /* kept rows per k-block; -1: auto (the blocking table), 0: none */
 static const int cpu_serial[] = {0, -1};  /* built-in small-call threshold, or always parallel */
 static const char *const cpu_dtype[] = {"f32", "bf16"}; /* activations: bf16 only when asked for */
 /* Axis entries: the value count comes from the array itself (OMIT: the first value is left out
@@ -37,7 +37,7 @@ static const tj_tune_axis cpu_axes[CPU_NAXES] = {
     AXIS_S("offsets", cpu_offsets, 0),
     AXIS_I("unroll", cpu_unroll, 0),
     AXIS_I("mb", cpu_mb, 0),
-    AXIS_I("kc", cpu_kc, 0),
+    AXIS_I("kc", cpu_kc, 1),
     AXIS_I("serial", cpu_serial, 1),
     AXIS_S("dtype", cpu_dtype, 1),
 };
@@ -53,7 +53,7 @@ static void cpu_default(const tj_tune_host *h, int v[CPU_NAXES])
     tj_cpu_config d = tj_cpu_config_default_vec(vec);
     int dv[CPU_NAXES] = {d.mr, d.nr, d.offsets == TJ_CPU_OFFSETS_UNROLLED, d.unroll, d.mb, d.kc, d.serial, 0 /* f32 */};
 #else
-    int dv[CPU_NAXES] = {vec <= 8 ? 4 : 6, vec == 16 ? 64 : vec == 8 ? 24 : 2 * vec, 0 /* table */, 4, 0, 0, 0, 0 /* f32 */};
+    int dv[CPU_NAXES] = {vec <= 8 ? 4 : 6, vec == 16 ? 64 : vec == 8 ? 24 : 2 * vec, 0 /* table */, 4, 0, -1, 0, 0 /* f32 */};
 #endif
     memcpy(v, dv, sizeof dv);
 }
@@ -144,10 +144,10 @@ const char *tj_tune_space_why_invalid(const char *backend, const tj_tune_host *h
         if (strcmp(sval(axes, p, CPU_DTYPE), "bf16") == 0) {
             if (!h->act_bf16) return "dtype bf16: the activations are fp32 (tune with bf16 activations to search it)";
             if (strcmp(sval(axes, p, CPU_OFFSETS), "unrolled") == 0) return "dtype bf16 stages X: table offsets only";
-            if (ival(axes, p, CPU_KC) != 0) return "dtype bf16 runs whole tiles: kc is ignored";
+            if (ival(axes, p, CPU_KC) != -1) return "dtype bf16 runs whole tiles: kc is ignored";
         }
         if (strcmp(sval(axes, p, CPU_OFFSETS), "unrolled") == 0) {
-            if (ival(axes, p, CPU_KC) != 0) return "kc (k-blocking) applies to table offsets only";
+            if (ival(axes, p, CPU_KC) != -1) return "kc (k-blocking) applies to table offsets only";
             if (ival(axes, p, CPU_UNROLL) == 1) return "unrolled offsets: 1 row per chunk makes one basic block per kept row";
             int64_t instr = h->kept_rows * (nv + mr + mr * nv);
             if (instr > TJ_TUNE_UNROLLED_MAX_INSTR)

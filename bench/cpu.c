@@ -7,7 +7,10 @@
  *
  * Timing: one warm-up call, then repeats of back-to-back calls lasting ≥ --min-time seconds
  * (0.2) each; the time per call of a repeat is its mean, the reported time the median of the
- * repeats (--repeats, 5). Data stays the same between calls (warm caches for both sides).
+ * repeats (--repeats, 5). Data stays the same between calls (warm caches for both sides). The
+ * dense baselines do not depend on the sparsity: a sweep times them once, at its first point.
+ * Memory-bound calls (small M) are judged by the kept weights' bytes per second against the
+ * host's read bandwidth measured at the same footprint (tj_dense_read_bandwidth).
  * --clock thread counts the calling thread's CPU time instead of wall time (--threads 1 only):
  * on a machine shared with other jobs it leaves out the time the thread was descheduled. */
 #include <math.h>
@@ -33,14 +36,14 @@ static FILE *out_, *errs_;
 static const char *help =
     "usage: tilejit bench --backend cpu --m M --n N --k K --sparsity S [--g 128] [--threads T]\n"
     "                     [--mode tw1|tw2] [--seed X] [--config JSON] [--min-time SEC] [--repeats R]\n"
-    "                     [--tuning-log LOG] [--clock wall|thread] [-v]\n"
+    "                     [--tuning-log LOG] [--clock wall|thread] [--dtype f32|bf16] [-v]\n"
     "       tilejit bench --backend cpu --m M --n N --k K --sweep S1,S2,... --csv OUT.csv\n"
     "                     [--plot OUT.png] [same options]\n\n"
     "Times one random tile-wise sparse layer Y = X · (W ⊙ mask)ᵀ (n × k, tiles of g, overall\n"
     "sparsity S; every tile keeps the same number of random rows, tw2 also drops 1 − sqrt(1 − S) of\n"
     "the columns) with the CPU backend's JIT-compiled kernel against dense OpenBLAS cblas_sgemm on\n"
     "the same fp32 X and W with the same thread count (default: all cores). The result is checked\n"
-    "against the reference first (relative error ≤ 1e-5). Times: median over R repeats of the mean\n"
+    "against the reference first (relative error ≤ 1e-5, on up to 64 sampled token rows). Times: median over R repeats of the mean\n"
     "of back-to-back calls lasting ≥ SEC seconds each; --clock thread (with --threads 1) counts\n"
     "the thread's CPU time instead, for machines shared with other jobs. --config: a CPU config JSON\n"
     "({\"mr\":6,\"nr\":64,\"offsets\":\"table\"|\"unrolled\",\"unroll\":4,\"mb\":0,\"kc\":0}); without it, the best\n"
@@ -55,15 +58,21 @@ static const char *help =
     "(timed here, checked first), as a forced --config ({\"path\":\"dense\"} forces it), else the\n"
     "tuning log, else the measured rule decides (docs/dense-path.md; -v says why per sparsity). The\n"
     "latency table of a measured allocation wants run_ms: the time that will actually run.\n"
+    "--dtype bf16: X rounded to bf16 (the kernel reads bf16 X and weights, accumulates in fp32,\n"
+    "writes fp32 Y; its config's dot resolved for this M: AMX tiles, vdpbf16ps or fp32 FMA on\n"
+    "widened values) and timed against oneDNN bf16 only, which is then `dense`.\n"
     "Ends with one line (in sweep mode, for the last sparsity):\n"
     "  speedup <dense/tilejit> tilejit_ms <ms> dense_ms <ms> kept_gflops <GFLOP/s of kept work>\n"
-    "  baseline <onednn_f32|openblas> baseline_gflops <GF/s> peak_gflops <GF/s> onednn_f32_ms <ms>\n"
-    "  onednn_bf16_ms <ms> openblas_ms <ms> speedup_bf16 <onednn_bf16/tilejit> run_ms <ms>\n"
-    "  path <kernel|onednn|openblas>   (nan: unavailable)\n";
+    "  baseline <onednn_f32|onednn_bf16|openblas> baseline_gflops <GF/s> peak_gflops <GF/s>\n"
+    "  onednn_f32_ms <ms> onednn_bf16_ms <ms> openblas_ms <ms> speedup_bf16 <onednn_bf16/tilejit>\n"
+    "  run_ms <ms> path <kernel|onednn|openblas> weights_gbps <kept weight bytes / tilejit time>\n"
+    "  read_gbps <host read bandwidth at that footprint, same threads> dtype <f32|bf16>\n"
+    "  efficiency <dense·density/tilejit>   (nan: unavailable; 1 is the ideal 1/density speedup)\n"
+    "The CSV (sweep mode) has one row per sparsity with the same fields and the baseline's name.\n";
 
 typedef struct bopts {
     int64_t m, n, k, g;
-    int mode, threads, repeats, thread_clock;
+    int mode, threads, repeats, thread_clock, bf16;
     uint64_t seed;
     double min_time;
     const char *config;
@@ -76,12 +85,13 @@ typedef struct bresult {
     double run_s;       /* the path the runtime takes at this M (kernel: tj_s; or the dense path's time) */
     char path[16];      /* "kernel", "onednn", "openblas" */
     char path_why[1024];
+    double wbytes, read_gbps; /* kept weights' bytes as packed; read bandwidth at that footprint */
     double base_s[TJ_DENSE_NKINDS]; /* per baseline, NAN when unavailable */
     char base_name[TJ_DENSE_NKINDS][200];
     char base_why[TJ_DENSE_NKINDS][300];
     int best; /* fastest fp32 baseline (dense_s), -1 if none */
     int64_t kept;
-    char cfg[200];
+    char cfg[400];
 } bresult;
 
 typedef void (*timed_fn)(void *);
@@ -152,11 +162,26 @@ static void run_dense_path(void *vp)
     tj_dense_layer_run(r->d, r->x, r->y, r->m, &err);
 }
 
+/* The token rows a result is checked on (tj_check_rows: all of them up to 64, else a sample) and
+ * the reference's values there, packed; scratch: 64 × n. */
+typedef struct sampled_rows {
+    int64_t rows[64], n;
+    const float *ref;
+    float *scratch;
+} sampled_rows;
+
+/* Relative error of y's sampled rows against the reference's. */
+static double rows_error(const bopts *o, const float *y, const sampled_rows *c)
+{
+    for (int64_t i = 0; i < c->n; i++) memcpy(c->scratch + i * o->n, y + c->rows[i] * o->n, (size_t)o->n * sizeof(float));
+    return tj_rel_error(c->scratch, c->ref, c->n * o->n);
+}
+
 /* The path the runtime takes for this layer at this M, as runtime/dense_path.c decides it (a forced
  * config, else the tuning log, else the rule; a kernel computing in bf16 keeps the kernel) and,
- * when it is the dense path, that path timed on the same X (checked against ref first). */
+ * when it is the dense path, that path timed on the same X (checked against the reference first). */
 static int run_path(const char *C, const bopts *o, const tj_layer *l, const tj_layer_weights *lw, const tj_cpu_layer *cl,
-                    const float *x, float *y, const float *ref, bresult *res)
+                    const float *x, float *y, const sampled_rows *chk, bresult *res)
 {
     tj_error err;
     int dense = -1;
@@ -187,7 +212,7 @@ static int run_path(const char *C, const bopts *o, const tj_layer *l, const tj_l
     }
     if (s != TJ_OK) return tj_args_fail(errs_, C, "dense path: %s", err.msg);
     for (int64_t i = 0; i < o->m * o->n; i++) y[i] = NAN;
-    double e = tj_dense_layer_run(d, x, y, o->m, &err) == TJ_OK ? tj_rel_error(y, ref, o->m * o->n) : INFINITY;
+    double e = tj_dense_layer_run(d, x, y, o->m, &err) == TJ_OK ? rows_error(o, y, chk) : INFINITY;
     if (!(e <= tj_check_bound(TJ_F32))) {
         tj_dense_layer_free(d);
         return tj_args_fail(errs_, C, "the dense path is wrong: relative error %.3g against the reference", e);
@@ -226,6 +251,10 @@ static int time_baselines(const char *C, const bopts *o, const float *x, const f
         tj_dense *d = NULL;
         res->base_s[kd] = NAN;
         res->base_name[kd][0] = '\0';
+        if (o->bf16 && kd != TJ_DENSE_ONEDNN_BF16) { /* --dtype bf16: the bf16 library only */
+            snprintf(res->base_why[kd], sizeof res->base_why[kd], "not timed with --dtype bf16");
+            continue;
+        }
         if (tj_dense_create((tj_dense_kind)kd, x, w, y, o->m, o->n, o->k, o->threads, &d, &err) != TJ_OK) {
             snprintf(res->base_why[kd], sizeof res->base_why[kd], "%.290s", err.msg);
             continue;
@@ -240,11 +269,13 @@ static int time_baselines(const char *C, const bopts *o, const float *x, const f
         }
         res->base_s[kd] = time_it(run_dense, d, o->min_time, o->repeats);
         tj_dense_destroy(d);
-        if (kd != TJ_DENSE_ONEDNN_BF16 && (res->best < 0 || res->base_s[kd] < res->dense_s)) {
+        if ((kd != TJ_DENSE_ONEDNN_BF16) != o->bf16 && (res->best < 0 || res->base_s[kd] < res->dense_s)) {
             res->best = kd;
             res->dense_s = res->base_s[kd];
         }
     }
+    if (res->best < 0 && o->bf16)
+        return tj_args_fail(errs_, C, "--dtype bf16 needs oneDNN's bf16 matmul as its baseline: %s", res->base_why[TJ_DENSE_ONEDNN_BF16]);
     if (res->best < 0)
         return tj_args_fail(errs_, C, "no fp32 dense baseline: %s; %s", res->base_why[TJ_DENSE_ONEDNN_F32],
                         res->base_why[TJ_DENSE_OPENBLAS]);
@@ -260,8 +291,10 @@ static float *alloc_floats(int64_t n)
     return aligned_alloc(64, bytes ? bytes : 64);
 }
 
-/* One sparsity point. Returns 0, or 1 after printing a message. */
-static int bench_point(const char *C, const bopts *o, double s, tj_cpu_jit *jit, tj_pool *pool, bresult *res)
+/* One sparsity point; prev: an earlier point of the same run whose baselines it reuses, or
+ * NULL to time them. Returns 0, or 1 after printing a message. */
+static int bench_point(const char *C, const bopts *o, double s, tj_cpu_jit *jit, tj_pool *pool, const bresult *prev,
+                       bresult *res)
 {
     int rc = 1;
     tj_error err;
@@ -271,10 +304,11 @@ static int bench_point(const char *C, const bopts *o, double s, tj_cpu_jit *jit,
     res->sparsity = s;
     if (tj_random_layer(&sp, "bench", &l, &err) != TJ_OK) return tj_args_fail(errs_, C, "%s", err.msg);
     float *w = alloc_floats(o->n * o->k), *x = alloc_floats(o->m * o->k);
-    float *y = alloc_floats(o->m * o->n), *ref = alloc_floats(o->m * o->n);
+    float *y = alloc_floats(o->m * o->n), *ref = alloc_floats(64 * o->n), *ys = alloc_floats(64 * o->n);
+    float *xs = alloc_floats(64 * o->k);
     tj_cpu_layer *cl = NULL;
     uint16_t *xb = NULL, *yb = NULL;
-    if (!w || !x || !y || !ref) {
+    if (!w || !x || !y || !ref || !ys || !xs) {
         tj_args_fail(errs_, C, "out of memory for %lld × %lld data", (long long)o->m, (long long)o->n);
         goto done;
     }
@@ -289,7 +323,13 @@ static int bench_point(const char *C, const bopts *o, double s, tj_cpu_jit *jit,
     }
     if (o->verbose && note[0] && !o->config) fprintf(errs_, "tilejit bench: %s\n", note);
     /* a forced dense path ({"path":"dense"}) still builds the default kernel, timed beside it */
-    tj_status cs = tj_cpu_config_from_json(o->config && !tj_tune_config_is_dense(o->config) ? o->config : tuned, &cfg, &err);
+    const char *cjson = o->config && !tj_tune_config_is_dense(o->config) ? o->config : tuned;
+    tj_status cs = tj_cpu_config_from_json(cjson, &cfg, &err);
+    if (cs == TJ_OK && o->bf16 && !tj_cpu_config_json_has(cjson, "dtype")) { /* --dtype bf16, unless the config says */
+        cfg.dtype = TJ_CPU_ACT_BF16;
+        if (!tj_cpu_config_json_has(cjson, "dot")) cfg.dot = TJ_CPU_DOT_AUTO;
+    }
+    tj_cpu_config_resolve_m(&cfg, &l, o->m); /* the runtime's choice for this M */
     free(tuned);
     if (cs != TJ_OK) {
         tj_args_fail(errs_, C, "--config: %s", err.msg);
@@ -329,8 +369,13 @@ static int bench_point(const char *C, const bopts *o, double s, tj_cpu_jit *jit,
     for (int64_t i = 0; i < o->m * o->n; i++) y[i] = NAN;
     tj_cpu_layer_run(cl, pool, o->threads, xin, o->m, yout);
     if (yout == yb) tj_convert_to_f32(yb, TJ_BF16, o->m * o->n, y);
-    tj_reference_linear(&l, &lw, x, o->m, ref);
-    res->relerr = tj_rel_error(y, ref, o->m * o->n);
+    /* the reference on sampled token rows (all of them up to 64): the plain loop would take
+     * longer than all the timing at M = 512 on LLaMA shapes */
+    sampled_rows chk = {.ref = ref, .scratch = ys};
+    chk.n = tj_check_rows(o->m, o->seed, chk.rows);
+    for (int64_t i = 0; i < chk.n; i++) memcpy(xs + i * o->k, x + chk.rows[i] * o->k, (size_t)o->k * sizeof(float));
+    tj_reference_linear(&l, &lw, xs, chk.n, ref);
+    res->relerr = rows_error(o, y, &chk);
     /* bf16-stored weights or activations round fp32 ones (8 significant bits): a bf16 bound */
     double lim = cl->cfg.weights == TJ_CPU_WEIGHTS_BF16 ? tj_check_bound(TJ_BF16) : tj_check_bound(TJ_F32);
     if (!(res->relerr <= lim)) {
@@ -339,9 +384,18 @@ static int bench_point(const char *C, const bopts *o, double s, tj_cpu_jit *jit,
     }
     tj_run tr = {cl, pool, o->threads, xin, yout, o->m};
     res->tj_s = time_it(run_tj, &tr, o->min_time, o->repeats);
-    if (run_path(C, o, &l, &lw, cl, x, y, ref, res)) goto done;
-    /* into tilejit's own y (checked above): the same input and output memory on both sides */
-    if (time_baselines(C, o, x, w, y, res)) goto done;
+    if (run_path(C, o, &l, &lw, cl, x, y, &chk, res)) goto done;
+    res->wbytes = (double)res->kept * (cl->cfg.weights == TJ_CPU_WEIGHTS_BF16 ? 2 : 4);
+    res->read_gbps = tj_dense_read_bandwidth(o->threads, res->wbytes, 0.1);
+    if (prev) { /* the same X and W: the baselines of the sweep's first point */
+        memcpy(res->base_s, prev->base_s, sizeof res->base_s);
+        memcpy(res->base_name, prev->base_name, sizeof res->base_name);
+        memcpy(res->base_why, prev->base_why, sizeof res->base_why);
+        res->best = prev->best;
+        res->dense_s = prev->dense_s;
+    } else if (time_baselines(C, o, x, w, y, res)) { /* into tilejit's own y: the same memory on both sides */
+        goto done;
+    }
     rc = 0;
 done:
     tj_cpu_layer_free(cl);
@@ -350,17 +404,31 @@ done:
     free(x);
     free(y);
     free(ref);
+    free(ys);
+    free(xs);
     free(xb);
     free(yb);
     return rc;
 }
 
+/* s as one CSV field: quoted, inner quotes doubled (config JSON, library names) */
+static void csv_field(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"') fputc('"', f);
+        fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
 static void print_row(const bopts *o, const bresult *r)
 {
     double kept_flop = 2.0 * (double)o->m * (double)r->kept, dense_flop = 2.0 * (double)o->m * (double)o->n * (double)o->k;
-    fprintf(out_, "%-6.3f %-8.4f %11.4f %11.4f %9.1f %9.1f %8.3f %7.2f %8.1f %9.2e %11.4f %-8s\n", r->sparsity, r->density,
-           r->tj_s * 1e3, r->dense_s * 1e3, kept_flop / r->tj_s * 1e-9, dense_flop / r->dense_s * 1e-9,
-           r->dense_s / r->tj_s, 1.0 / r->density, r->jit_s * 1e3, r->relerr, r->run_s * 1e3, r->path);
+    fprintf(out_, "%-6.3f %-8.4f %11.4f %11.4f %9.1f %9.1f %8.3f %7.2f %8.1f %9.2e %11.4f %-8s %7.1f %7.1f\n", r->sparsity,
+           r->density, r->tj_s * 1e3, r->dense_s * 1e3, kept_flop / r->tj_s * 1e-9, dense_flop / r->dense_s * 1e-9,
+           r->dense_s / r->tj_s, 1.0 / r->density, r->jit_s * 1e3, r->relerr, r->run_s * 1e3, r->path,
+           r->wbytes / r->tj_s * 1e-9, r->read_gbps);
 }
 
 static int parse_list(const char *C, const char *s, double *out, int max)
@@ -409,7 +477,7 @@ int tj_bench_cpu_main(int argc, char **argv, FILE *out, FILE *errs)
     const char *C = "tilejit bench";
     const char *backend = NULL, *m_s = NULL, *n_s = NULL, *k_s = NULL, *s_s = NULL, *g_s = "128", *t_s = NULL,
                *mode_s = "tw1", *seed_s = "1", *config = NULL, *mt_s = "0.2", *rep_s = "5", *sweep = NULL, *csv = NULL,
-               *plot = NULL, *tlog = NULL, *clock_s = "wall";
+               *plot = NULL, *tlog = NULL, *clock_s = "wall", *dtype_s = "f32";
     int verbose = 0;
     tj_arg_opt opts[] = {
         {"backend", 1, &backend, NULL}, {"m", 1, &m_s, NULL},       {"n", 1, &n_s, NULL},
@@ -418,7 +486,7 @@ int tj_bench_cpu_main(int argc, char **argv, FILE *out, FILE *errs)
         {"config", 1, &config, NULL},   {"min-time", 1, &mt_s, NULL}, {"repeats", 1, &rep_s, NULL},
         {"sweep", 1, &sweep, NULL},     {"csv", 1, &csv, NULL},      {"plot", 1, &plot, NULL},
         {"tuning-log", 1, &tlog, NULL}, {"v", 0, NULL, &verbose},    {"verbose", 0, NULL, &verbose},
-        {"clock", 1, &clock_s, NULL},
+        {"clock", 1, &clock_s, NULL},   {"dtype", 1, &dtype_s, NULL},
         {NULL, 0, NULL, NULL},
     };
     const char *pos[1];
@@ -461,6 +529,9 @@ int tj_bench_cpu_main(int argc, char **argv, FILE *out, FILE *errs)
         return tj_args_fail(errs_, C, "--clock: '%s' is not wall or thread", clock_s);
     }
     use_thread_clock = o.thread_clock;
+    if (strcmp(dtype_s, "bf16") == 0) o.bf16 = 1;
+    else if (strcmp(dtype_s, "f32") != 0 && strcmp(dtype_s, "fp32") != 0)
+        return tj_args_fail(errs_, C, "--dtype: '%s' is not f32 or bf16", dtype_s);
     if (tj_args_parse_int(errs_, C, "repeats", rep_s, 1, 64, &v)) return 1;
     o.repeats = (int)v;
     char *cfg_text = NULL;
@@ -493,15 +564,16 @@ int tj_bench_cpu_main(int argc, char **argv, FILE *out, FILE *errs)
         tj_args_fail(errs_, C, "cannot write %s", csv);
         goto out;
     }
-    if (cf) fprintf(cf, "m,n,k,g,mode,sparsity,density,threads,tilejit_ms,speedup,dense_ms,kept_gflops,dense_gflops,jit_ms,relerr,config,baseline,onednn_f32_ms,onednn_bf16_ms,openblas_ms,run_ms,path\n");
+    if (cf) fprintf(cf, "m,n,k,g,mode,sparsity,density,threads,tilejit_ms,speedup,dense_ms,kept_gflops,dense_gflops,jit_ms,relerr,config,baseline,onednn_f32_ms,onednn_bf16_ms,openblas_ms,run_ms,path,weights_gbps,read_gbps,baseline_name\n");
     fprintf(out_, "tilejit bench: cpu %s, M=%lld N=%lld K=%lld g=%lld tw%d, %d thread(s), seed %llu, %s clock\n",
            tj_host_cpu_name(), (long long)o.m, (long long)o.n, (long long)o.k, (long long)o.g, o.mode, o.threads,
            (unsigned long long)o.seed, o.thread_clock ? "thread CPU" : "wall");
     double peak = tj_dense_fma_peak(o.threads, 0.3);
     fprintf(out_, "fp32 FMA peak (measured): %.1f GFLOP/s on %d thread(s)\n", peak, o.threads);
-    bresult res;
+    bresult res, first;
     for (int i = 0; i < ns; i++) {
-        if (bench_point(C, &o, sp[i], jit, pool, &res)) goto out;
+        if (bench_point(C, &o, sp[i], jit, pool, i ? &first : NULL, &res)) goto out;
+        if (i == 0) first = res;
         if (i == 0) {
             double dflop = 2.0 * (double)o.m * (double)o.n * (double)o.k;
             for (int kd = 0; kd < TJ_DENSE_NKINDS; kd++) {
@@ -510,21 +582,28 @@ int tj_bench_cpu_main(int argc, char **argv, FILE *out, FILE *errs)
                 else
                     fprintf(out_, "baseline %-11s %s: %.4f ms, %.1f GFLOP/s%s\n", tj_dense_kind_word((tj_dense_kind)kd),
                            res.base_name[kd], res.base_s[kd] * 1e3, dflop / res.base_s[kd] * 1e-9,
-                           kd == res.best ? "  <- dense (fastest fp32)" : "");
+                           kd == res.best ? (o.bf16 ? "  <- dense (bf16)" : "  <- dense (fastest fp32)") : "");
             }
-            fprintf(out_, "%-6s %-8s %11s %11s %9s %9s %8s %7s %8s %9s %11s %-8s\n", "sparse", "density", "tilejit_ms", "dense_ms",
-                   "kept_GF/s", "dense_GF/s", "speedup", "ideal", "jit_ms", "relerr", "run_ms", "path");
+            fprintf(out_, "%-6s %-8s %11s %11s %9s %9s %8s %7s %8s %9s %11s %-8s %7s %7s\n", "sparse", "density", "tilejit_ms",
+                   "dense_ms", "kept_GF/s", "dense_GF/s", "speedup", "ideal", "jit_ms", "relerr", "run_ms", "path", "w_GB/s",
+                   "rd_GB/s");
         }
         print_row(&o, &res);
         fflush(out_);
-        if (cf)
-            fprintf(cf, "%lld,%lld,%lld,%lld,tw%d,%.4f,%.6f,%d,%.5f,%.4f,%.5f,%.2f,%.2f,%.2f,%.3g,\"%s\",%s,%.5f,%.5f,%.5f,%.5f,%s\n", (long long)o.m,
+        if (cf) {
+            fprintf(cf, "%lld,%lld,%lld,%lld,tw%d,%.4f,%.6f,%d,%.5f,%.4f,%.5f,%.2f,%.2f,%.2f,%.3g,", (long long)o.m,
                     (long long)o.n, (long long)o.k, (long long)o.g, o.mode, res.sparsity, res.density, o.threads,
                     res.tj_s * 1e3, res.dense_s / res.tj_s, res.dense_s * 1e3,
                     2.0 * (double)o.m * (double)res.kept / res.tj_s * 1e-9,
-                    2.0 * (double)o.m * (double)o.n * (double)o.k / res.dense_s * 1e-9, res.jit_s * 1e3, res.relerr, "",
-                    tj_dense_kind_word((tj_dense_kind)res.best), res.base_s[TJ_DENSE_ONEDNN_F32] * 1e3,
-                    res.base_s[TJ_DENSE_ONEDNN_BF16] * 1e3, res.base_s[TJ_DENSE_OPENBLAS] * 1e3, res.run_s * 1e3, res.path);
+                    2.0 * (double)o.m * (double)o.n * (double)o.k / res.dense_s * 1e-9, res.jit_s * 1e3, res.relerr);
+            csv_field(cf, res.cfg);
+            fprintf(cf, ",%s,%.5f,%.5f,%.5f,%.5f,%s,%.2f,%.2f,", tj_dense_kind_word((tj_dense_kind)res.best),
+                    res.base_s[TJ_DENSE_ONEDNN_F32] * 1e3, res.base_s[TJ_DENSE_ONEDNN_BF16] * 1e3,
+                    res.base_s[TJ_DENSE_OPENBLAS] * 1e3, res.run_s * 1e3, res.path, res.wbytes / res.tj_s * 1e-9,
+                    res.read_gbps);
+            csv_field(cf, res.base_name[res.best]);
+            fputc('\n', cf);
+        }
         if (o.verbose) fprintf(errs_, "tilejit bench: sparsity %.4f: path %s: %s\n", res.sparsity, res.path, res.path_why);
     }
     if (cf) {
@@ -535,11 +614,13 @@ int tj_bench_cpu_main(int argc, char **argv, FILE *out, FILE *errs)
     fprintf(out_, "config %s\n", res.cfg);
     double dflop = 2.0 * (double)o.m * (double)o.n * (double)o.k;
     fprintf(out_, "speedup %.3f tilejit_ms %.4f dense_ms %.4f kept_gflops %.2f baseline %s baseline_gflops %.2f peak_gflops %.2f "
-           "onednn_f32_ms %.4f onednn_bf16_ms %.4f openblas_ms %.4f speedup_bf16 %.3f run_ms %.4f path %s\n",
+           "onednn_f32_ms %.4f onednn_bf16_ms %.4f openblas_ms %.4f speedup_bf16 %.3f run_ms %.4f path %s weights_gbps %.2f "
+           "read_gbps %.2f dtype %s efficiency %.3f\n",
            res.dense_s / res.tj_s, res.tj_s * 1e3, res.dense_s * 1e3, 2.0 * (double)o.m * (double)res.kept / res.tj_s * 1e-9,
            tj_dense_kind_word((tj_dense_kind)res.best), dflop / res.dense_s * 1e-9, peak,
            res.base_s[TJ_DENSE_ONEDNN_F32] * 1e3, res.base_s[TJ_DENSE_ONEDNN_BF16] * 1e3,
-           res.base_s[TJ_DENSE_OPENBLAS] * 1e3, res.base_s[TJ_DENSE_ONEDNN_BF16] / res.tj_s, res.run_s * 1e3, res.path);
+           res.base_s[TJ_DENSE_OPENBLAS] * 1e3, res.base_s[TJ_DENSE_ONEDNN_BF16] / res.tj_s, res.run_s * 1e3, res.path,
+           res.wbytes / res.tj_s * 1e-9, res.read_gbps, o.bf16 ? "bf16" : "f32", res.dense_s * res.density / res.tj_s);
     rc = 0;
 out:
     if (cf) fclose(cf);

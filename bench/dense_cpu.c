@@ -215,3 +215,100 @@ double tj_dense_fma_peak(int threads, double seconds)
     }
     return best * 1e-9;
 }
+
+/* ---------------------------------------------------------------- read bandwidth */
+
+/* Sums a buffer with the widest vector loads (four independent sums), so the loop is bound by
+ * the loads, not by the adds: STREAM's read kernel without the writes. */
+static volatile float read_sink;
+
+#if defined(__x86_64__)
+__attribute__((target("avx512f"))) static void read_avx512(const float *p, int64_t n, int64_t reps)
+{
+    __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    for (int64_t r = 0; r < reps; r++)
+        for (int64_t i = 0; i + 64 <= n; i += 64) {
+            s0 = _mm512_add_ps(s0, _mm512_load_ps(p + i));
+            s1 = _mm512_add_ps(s1, _mm512_load_ps(p + i + 16));
+            s2 = _mm512_add_ps(s2, _mm512_load_ps(p + i + 32));
+            s3 = _mm512_add_ps(s3, _mm512_load_ps(p + i + 48));
+        }
+    read_sink = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
+}
+
+__attribute__((target("avx2"))) static void read_avx2(const float *p, int64_t n, int64_t reps)
+{
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    for (int64_t r = 0; r < reps; r++)
+        for (int64_t i = 0; i + 32 <= n; i += 32) {
+            s0 = _mm256_add_ps(s0, _mm256_load_ps(p + i));
+            s1 = _mm256_add_ps(s1, _mm256_load_ps(p + i + 8));
+            s2 = _mm256_add_ps(s2, _mm256_load_ps(p + i + 16));
+            s3 = _mm256_add_ps(s3, _mm256_load_ps(p + i + 24));
+        }
+    float out[8];
+    _mm256_storeu_ps(out, _mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+    read_sink = out[0];
+}
+#endif
+
+static void read_once(const float *p, int64_t n, int64_t reps)
+{
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("avx512f")) { read_avx512(p, n, reps); return; }
+    if (__builtin_cpu_supports("avx2")) { read_avx2(p, n, reps); return; }
+#endif
+    float s = 0;
+    for (int64_t r = 0; r < reps; r++)
+        for (int64_t i = 0; i < n; i++) s += p[i];
+    read_sink = s;
+}
+
+typedef struct read_arg {
+    const float *p;
+    int64_t n, reps;
+} read_arg;
+
+static void *read_thread(void *vp)
+{
+    read_arg *a = vp;
+    read_once(a->p, a->n, a->reps);
+    return NULL;
+}
+
+double tj_dense_read_bandwidth(int threads, double bytes, double seconds)
+{
+    if (threads < 1) threads = 1;
+    if (threads > 256) threads = 256;
+    /* each thread its own 64-byte aligned part, a whole number of 256-byte steps */
+    int64_t per = (int64_t)(bytes / threads / 256.0) * 64;
+    if (per < 64) per = 64;
+    float *buf = aligned_alloc(64, (size_t)per * (size_t)threads * sizeof(float));
+    if (!buf) return 0;
+    for (int64_t i = 0; i < per * threads; i++) buf[i] = 1.0f;
+    double total = (double)per * threads * sizeof(float);
+    /* repeats so one run takes about seconds / 5 (at an assumed 100 GB/s first, then measured) */
+    int64_t reps = (int64_t)(1e11 * seconds / 5 / total) + 1;
+    double best = 0;
+    for (int r = 0; r < 6; r++) {
+        pthread_t tid[256];
+        read_arg ra[256];
+        int started = 0;
+        double t0 = tj_now();
+        for (int i = 1; i < threads; i++) {
+            ra[i] = (read_arg){buf + (size_t)i * (size_t)per, per, reps};
+            if (pthread_create(&tid[i], NULL, read_thread, &ra[i]) != 0) break;
+            started = i;
+        }
+        ra[0] = (read_arg){buf, per, reps};
+        read_thread(&ra[0]);
+        for (int i = 1; i <= started; i++) pthread_join(tid[i], NULL);
+        double dt = tj_now() - t0;
+        double bw = dt > 0 ? total * (double)reps * (double)(started + 1) / threads / dt : 0;
+        if (r > 0 && bw > best) best = bw; /* the first run warms the caches and sizes reps */
+        if (r == 0 && dt > 0) reps = (int64_t)((double)reps * (seconds / 5) / dt) + 1;
+    }
+    free(buf);
+    return best * 1e-9;
+}
+

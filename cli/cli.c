@@ -83,6 +83,15 @@ int cli_parse_backend(const char *cmd, const char *s, tj_backend *out)
     return 0;
 }
 
+int cli_parse_precision(const char *cmd, const char *s, tj_precision *out)
+{
+    if (strcmp(s, "auto") == 0) *out = TJ_PRECISION_AUTO;
+    else if (strcmp(s, "f32") == 0) *out = TJ_PRECISION_F32;
+    else if (strcmp(s, "bf16") == 0) *out = TJ_PRECISION_BF16;
+    else return cli_fail(cmd, "--precision: '%s' is not auto, f32 or bf16", s);
+    return 0;
+}
+
 void cli_error_prefix(tj_error *err, const char *prefix)
 {
     char old[sizeof err->msg];

@@ -39,6 +39,8 @@ int cli_parse_double(const char *cmd, const char *opt, const char *s, double lo,
 /* "PREFIX: message" in err (the library keeps its own tj_error_prefix internal). */
 void cli_error_prefix(tj_error *err, const char *prefix);
 int cli_parse_backend(const char *cmd, const char *s, tj_backend *out);
+/* --precision auto|f32|bf16 */
+int cli_parse_precision(const char *cmd, const char *s, tj_precision *out);
 
 int cmd_inspect(int argc, char **argv);
 int cmd_gen(int argc, char **argv);

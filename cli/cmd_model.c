@@ -24,14 +24,19 @@
 static const char *help =
     "usage: tilejit model PATTERN --weights W.safetensors [--backend auto|cpu|cuda|reference]\n"
     "                     [--m M] [--threads T] [--min-time S] [--tuning-log LOG]\n"
-    "                     [--cache-dir DIR] [--reference-weights DENSE.safetensors] [-v]\n\n"
+    "                     [--cache-dir DIR] [--reference-weights DENSE.safetensors]\n"
+    "                     [--precision auto|f32|bf16] [-v]\n\n"
     "Loads every layer of the model, runs each on random input X [M × k] (M = batch × tokens,\n"
     "default 128), checks Y against the reference backend (relative error ≤ 1e-5 in fp32,\n"
-    "≤ 2e-3 on the GPU's fp16 path) and times it against the dense baseline on the same shape:\n"
-    "on the CPU the faster of oneDNN's fp32 matmul (bias and activation fused) and OpenBLAS\n"
-    "sgemm (then a bias and activation pass), each computing the whole layer with the same\n"
-    "thread count; cuBLAS on the GPU. Column 'path': what the layer ran at this M, its generated\n"
-    "kernel or the dense path (onednn, openblas; docs/dense-path.md), where that is faster.\n"
+    "≤ 1e-2 for layers computing in bf16, ≤ 2e-3 on the GPU's fp16 path) and times it against\n"
+    "the dense baseline of the same precision on the same shape: on the CPU the faster of\n"
+    "oneDNN's fp32 matmul (bias and activation fused) and OpenBLAS sgemm (then a bias and\n"
+    "activation pass), oneDNN bf16 for layers computing in bf16, each computing the whole layer\n"
+    "with the same thread count; cuBLAS on the GPU. Column 'path': what the layer ran at this M,\n"
+    "its generated kernel or the dense path (onednn, openblas; docs/dense-path.md), where that is\n"
+    "faster; column 'prec': the precision it computed in (f32, bf16). --precision (CPU backend):\n"
+    "auto (default) computes a layer in bf16 where the CPU has avx512_bf16 or AMX and its weights\n"
+    "are BF16, else fp32; each layer's config at M is printed after the table.\n"
     "Timing: a warm-up, then at least 5 repeats and --min-time seconds (default 0.1), median\n"
     "per call; on the CPU tilejit and oneDNN in 3 interleaved rounds (each a third of --min-time),\n"
     "then OpenBLAS, the median round. Prints one row per layer and the total; exits 1 if any\n"
@@ -173,20 +178,21 @@ static void fmt_ms(char *buf, size_t len, double s)
 int cmd_model(int argc, char **argv)
 {
     const char *weights = NULL, *backend = "auto", *threads_s = NULL, *m_s = NULL, *min_time_s = NULL;
-    const char *tlog = NULL, *cache = NULL, *refw = NULL, *pos[1];
+    const char *tlog = NULL, *cache = NULL, *refw = NULL, *prec_s = "auto", *pos[1];
     int verbose = 0, npos;
     cli_opt opts[] = {{"weights", 1, &weights, NULL},   {"backend", 1, &backend, NULL},
                       {"m", 1, &m_s, NULL},             {"threads", 1, &threads_s, NULL},
                       {"min-time", 1, &min_time_s, NULL}, {"tuning-log", 1, &tlog, NULL},
                       {"cache-dir", 1, &cache, NULL},   {"v", 0, NULL, &verbose},
-                      {"verbose", 0, NULL, &verbose},   {"reference-weights", 1, &refw, NULL}, {0}};
+                      {"verbose", 0, NULL, &verbose},   {"reference-weights", 1, &refw, NULL},
+                      {"precision", 1, &prec_s, NULL},  {0}};
     int r = cli_parse("model", argc, argv, opts, pos, 1, &npos);
     if (r == 2) { fputs(help, stdout); return 0; }
     if (r) return 1;
     if (npos != 1) return cli_fail("model", "expected one PATTERN file (see --help)");
     if (!weights) return cli_fail("model", "--weights is required");
     tj_options opt = tj_options_default();
-    if (cli_parse_backend("model", backend, &opt.backend)) return 1;
+    if (cli_parse_backend("model", backend, &opt.backend) || cli_parse_precision("model", prec_s, &opt.precision)) return 1;
     int64_t M = 128, threads = 0;
     double min_time = 0.1;
     if (m_s && cli_parse_int("model", "m", m_s, 1, 1 << 20, &M)) return 1;
@@ -246,14 +252,14 @@ int cmd_model(int argc, char **argv)
     if (!x || !y || !yref || !wf || !bf) { cli_fail("model", "out of memory (M = %lld)", (long long)M); goto done; }
 
     int nthreads = threads ? (int)threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
-    char dname[2][200] = {"", ""}, dense_name[600] = "cuBLAS";
-    int dwins[2] = {0, 0};
+    char dname[3][200] = {"", "", ""}, dense_name[800] = "cuBLAS";
+    int dwins[3] = {0, 0, 0}, nbf16 = 0;
     (void)nthreads;
     printf("tilejit model: %s, %lld layers, backend %s, M = %lld, threads %s\n", pos[0], (long long)nl,
            tj_backend_name(be), (long long)M, threads ? threads_s : "all");
     printf("load: cold %.3f s, warm %.3f s (backend preparation; %.3f s / %.3f s with parsing and mapping)\n",
            cold, warm, cold_wall, warm_wall);
-    printf("%-44s %6s %6s %8s %10s %-8s %10s %10s %8s%s\n", "layer", "n", "k", "density", "rel.err", "path",
+    printf("%-44s %6s %6s %8s %10s %-8s %-4s %10s %10s %8s%s\n", "layer", "n", "k", "density", "rel.err", "path", "prec",
            "tilejit ms", "dense ms", "speedup", ref ? "  cos.dense" : "");
 
     uint64_t rng = 0x5eed0f7173ull;
@@ -274,9 +280,13 @@ int cmd_model(int argc, char **argv)
         }
         tj_model_reference(model, i, x, M, yref);
         double e = tj_rel_error(y, yref, M * li.n);
+        tj_precision lp = TJ_PRECISION_F32;
+        tj_model_layer_precision(model, i, M, &lp);
+        nbf16 += lp == TJ_PRECISION_BF16;
+        double lbound = lp == TJ_PRECISION_BF16 ? tj_check_bound(TJ_BF16) : bound;
         double agree = ref ? dense_agreement(ref, &li, x, M, y, &agree_dot, &agree_yy, &agree_dd) : NAN;
         if (agree < agree_min) agree_min = agree;
-        if (!(e <= bound)) bad++;
+        if (!(e <= lbound)) bad++;
 
         double t_tj = -1, t_dense = -1;
         timed t = {.model = model, .layer = i, .x = &xt, .y = &yt};
@@ -289,20 +299,23 @@ int cmd_model(int argc, char **argv)
             if (gpu && !staged && herr[0]) fprintf(stderr, "tilejit model: GPU timing hook: %s; timing through staging copies\n", herr);
             if (gpu) staged = 1;
 #if TJ_HAVE_LLVM
-            if (!gpu) { /* tilejit and the fastest fp32 dense baseline of this layer (bias and activation
-                         * too), timed in interleaved rounds: drift of the machine during the row (other
-                         * jobs, clocks) then falls on both sides, not on whichever ran second */
+            if (!gpu) { /* tilejit and the fastest dense baseline of this layer's precision (bias and
+                         * activation too), timed in interleaved rounds: drift of the machine during the
+                         * row (other jobs, clocks) then falls on both sides, not on whichever ran second */
                 tj_model_dense_weights(model, i, wf);
                 const float *bias = tj_model_dense_bias(model, i, bf) == TJ_OK ? bf : NULL;
-                static const tj_dense_kind kinds[2] = {TJ_DENSE_ONEDNN_F32, TJ_DENSE_OPENBLAS};
+                static const tj_dense_kind kinds[3] = {TJ_DENSE_ONEDNN_F32, TJ_DENSE_OPENBLAS, TJ_DENSE_ONEDNN_BF16};
+                /* fp32 layers: oneDNN fp32 and OpenBLAS; bf16 layers: oneDNN bf16 (indexes into kinds) */
+                const int use[2] = {lp == TJ_PRECISION_BF16 ? 2 : 0, lp == TJ_PRECISION_BF16 ? -1 : 1};
                 tj_dense *dk[2] = {NULL, NULL};
                 for (int kd = 0; kd < 2; kd++) {
+                    if (use[kd] < 0) continue;
                     tj_error derr;
                     /* into tilejit's own y (checked above): the same input and output memory on
                      * both sides (a separate buffer measurably changed the times, by up to 5 %) */
-                    if (tj_dense_create_layer(kinds[kd], x, wf, bias, li.activation, y, M, li.n, li.k, nthreads, &dk[kd],
-                                              &derr) == TJ_OK)
-                        snprintf(dname[kd], sizeof dname[kd], "%s", tj_dense_name(dk[kd]));
+                    if (tj_dense_create_layer(kinds[use[kd]], x, wf, bias, li.activation, y, M, li.n, li.k, nthreads,
+                                              &dk[kd], &derr) == TJ_OK)
+                        snprintf(dname[use[kd]], sizeof dname[use[kd]], "%s", tj_dense_name(dk[kd]));
                 }
                 /* tilejit and oneDNN interleaved; OpenBLAS after them (its workers spin after a call
                  * and would slow a oneDNN call that follows: destroying it stops them) */
@@ -329,7 +342,7 @@ int cmd_model(int argc, char **argv)
                         win = kd;
                     }
                 }
-                if (win >= 0) dwins[win]++;
+                if (win >= 0) dwins[use[win]]++;
             } else
 #endif
             {
@@ -355,8 +368,8 @@ int cmd_model(int argc, char **argv)
                                                              : strncmp(lib, "OpenBLAS", 8) == 0 ? "openblas" : "dense";
         npaths[path]++;
         if (path == TJ_PATH_DENSE) snprintf(dense_lib, sizeof dense_lib, "%s", lib);
-        printf("%-44s %6lld %6lld %8.4f %9.2e%s %-8s %10s %10s %8s", li.name, (long long)li.n, (long long)li.k,
-               dens, e, e <= bound ? " " : "!", pw, a, b, sp);
+        printf("%-44s %6lld %6lld %8.4f %9.2e%s %-8s %-4s %10s %10s %8s", li.name, (long long)li.n, (long long)li.k,
+               dens, e, e <= lbound ? " " : "!", pw, tj_precision_name(lp), a, b, sp);
         if (ref && isnan(agree)) printf("  %9s", "no layer");
         else if (ref) printf("  %9.4f", agree);
         printf("\n");
@@ -368,11 +381,17 @@ int cmd_model(int argc, char **argv)
     if (have_dense && tot_tj > 0) snprintf(sp, sizeof sp, "%.2fx", tot_dense / tot_tj);
     else snprintf(sp, sizeof sp, "-");
     double dens = tot_w > 0 ? tot_kept / tot_w : 0;
-    printf("%-44s %6s %6s %8.4f %10s %-8s %10s %10s %8s\n", "total", "", "", dens, "", "", a, b, sp);
-    if (!gpu) /* the faster fp32 library per layer: say which, and how often */
-        snprintf(dense_name, sizeof dense_name, "the whole layer (bias, activation), fastest fp32 of %s (%d layers) and %s (%d layers)",
-                 dname[0][0] ? dname[0] : "oneDNN (unavailable)", dwins[0], dname[1][0] ? dname[1] : "OpenBLAS (unavailable)",
-                 dwins[1]);
+    printf("%-44s %6s %6s %8.4f %10s %-8s %-4s %10s %10s %8s\n", "total", "", "", dens, "", "", "", a, b, sp);
+    if (!gpu) { /* the faster library per layer: say which, and how often */
+        int o = snprintf(dense_name, sizeof dense_name, "the whole layer (bias, activation)");
+        if (nbf16 < nl && o > 0 && (size_t)o < sizeof dense_name)
+            o += snprintf(dense_name + o, sizeof dense_name - (size_t)o, ", fastest fp32 of %s (%d layers) and %s (%d layers)",
+                          dname[0][0] ? dname[0] : "oneDNN (unavailable)", dwins[0],
+                          dname[1][0] ? dname[1] : "OpenBLAS (unavailable)", dwins[1]);
+        if (nbf16 && o > 0 && (size_t)o < sizeof dense_name)
+            snprintf(dense_name + o, sizeof dense_name - (size_t)o, "%s %s for the %d bf16 layers", nbf16 < nl ? ";" : ",",
+                     dname[2][0] ? dname[2] : "oneDNN bf16 (unavailable)", nbf16);
+    }
     printf("dense baseline: %s; ideal speedup 1/density = %.2fx\n", dense_name, dens > 0 ? 1 / dens : 0);
     printf("paths at M = %lld: %d layers on their kernel, %d on the dense path%s%s%s (docs/dense-path.md; -v says why)\n",
            (long long)M, npaths[0], npaths[1], npaths[1] ? " (" : "", dense_lib, npaths[1] ? ")" : "");
@@ -382,7 +401,9 @@ int cmd_model(int argc, char **argv)
             tj_model_layer_info(model, i, &li);
             const char *cj = NULL;
             if (tj_model_layer_config(model, i, M, &cj) == TJ_ERR_UNSUPPORTED) break;
-            printf("config at M = %lld: %-44s %s\n", (long long)M, li.name, cj ? cj : "(default)");
+            tj_precision lp = TJ_PRECISION_F32;
+            tj_model_layer_precision(model, i, M, &lp);
+            printf("config at M = %lld: %-44s %-4s %s\n", (long long)M, li.name, tj_precision_name(lp), cj ? cj : "(default)");
         }
     }
     if (ref)
@@ -391,10 +412,11 @@ int cmd_model(int argc, char **argv)
     if (staged)
         printf("note: GPU times include host<->device staging copies (no device-buffer timing hook in this build)\n");
     if (bad) {
-        cli_fail("model", "%d of %lld layers exceed the reference bound %.0e (marked '!')", bad, (long long)nl, bound);
+        cli_fail("model", "%d of %lld layers exceed the reference bound %.0e%s (marked '!')", bad, (long long)nl, bound,
+                 nbf16 ? " (1e-02 for bf16 layers)" : "");
         goto done;
     }
-    printf("all %lld layers within %.0e of the reference\n", (long long)nl, bound);
+    printf("all %lld layers within %.0e of the reference%s\n", (long long)nl, bound, nbf16 ? " (bf16 layers within 1e-02)" : "");
     rc = 0;
 done:
     free(x);

@@ -6,18 +6,23 @@
 
 #include <stdint.h>
 
-/* Waking a pool worker and joining it costs a few µs; work under about 2 µs of one core's
- * FMA rate is cheaper on one thread. */
-#define TJ_CPU_SERIAL_KFLOP 128
+/* A call runs on two threads only when its one-thread time is above about 2 µs: the pool's
+ * hand-off costs about 0.5-1 µs, and a share of a smaller call is not worth it. The time is
+ * estimated as work = 2 · (m + TJ_CPU_STREAM_TOKENS) · kept / 1000 "kFLOP": the FMAs of m tokens,
+ * plus the weights' stream, which costs about as much as 4 tokens' FMAs (decode-sized calls
+ * are bound by it). Measured on Sapphire Rapids at 2 threads with M = 1, 4 and 16 (serial and
+ * parallel break even at about 50 K, 32 K and 14 K kept weights: bench/RESULTS.md, issue 25). */
+#define TJ_CPU_STREAM_TOKENS 4
+#define TJ_CPU_SERIAL_KFLOP 540
 
-/* 1 when a call of m tokens runs on the calling thread alone: its kept work, 2 · m · kept / 1000
- * kFLOP, is under the threshold `serial` (a tj_cpu_config's serial: kFLOP, 0 the built-in
+/* 1 when a call of m tokens runs on the calling thread alone: its work (above) is under the
+ * threshold `serial` (a tj_cpu_config's serial, in those kFLOP; 0: the built-in
  * TJ_CPU_SERIAL_KFLOP, -1 never). kept: the layer's kept weights, tj_layer_kept (tile-wise
  * kept weights plus ew entries: the post pass runs on the pool too). */
 static inline int tj_cpu_serial_call(int serial, int64_t m, int64_t kept)
 {
     int64_t kflop = serial == 0 ? TJ_CPU_SERIAL_KFLOP : serial;
-    return kflop > 0 && 2.0 * (double)m * (double)kept < 1000.0 * (double)kflop;
+    return kflop > 0 && 2.0 * (double)(m + TJ_CPU_STREAM_TOKENS) * (double)kept < 1000.0 * (double)kflop;
 }
 
 #endif

@@ -1,7 +1,9 @@
 /* Stage 4 (CPU): emits LLVM IR for one layer under one tj_cpu_config, through the LLVM 19 C API.
  *
- *   item(x, y, wp, bk, slot, m0, m1)       one work item: tile plan->order[slot], tokens [m0, m1)
- *     for each column block of nr features of the tile (weights slice stays in L1):
+ *   item(x, y, wp, bk, slot, m0, m1)       one work item: piece `slot` (tj_cpu_pieces: a tile's
+ *                                           column blocks, or the whole tile), tokens [m0, m1)
+ *     for each column block of nr features of the piece:
+ *      for each chunk of kc kept rows (k-blocking; partial sums kept in a scratch buffer):
  *       for each block of mr tokens:  mk[mr'][nv'](...)   or, unrolled mode, tile_<slot>(...)
  *   mk: acc[mr × nv] <V x float> = 0
  *       for each kept row r of the tile:                    (offset = rows_t[r], baked)
@@ -10,6 +12,10 @@
  *       epilogue: + bias, activation (when no ew), store or scatter to cols
  *   post(x, y, ewv, bias, m0, m1)          second pass: pruned features (act(bias)) and the ew
  *                                           residual, then the activation for those features
+ *
+ * dot amx (AMX tiles) replaces item: prep(x, xt, m0, m1) transposes x once per call, and
+ * item(xt, ...) computes each tile's Yᵀ block with tdpbf16ps (emit_item_amx; the AMX section
+ * below and docs/cpu-baselines-cache-dispatch.md).
  *
  * x: fp32 (or bf16, dtype) [M × K] row-major, y: fp32 (or bf16, out) [M × N], wp: the weights
  * packed by tj_cpu_pack_weights (fp32 or bf16, 64-byte aligned), bk: bias in kept-column order padded to bk_elems (zeros without bias), ewv: ew
@@ -27,12 +33,20 @@
 #include <llvm-c/TargetMachine.h>
 
 #include "gen/emit_llvm.h"
+#include "base/host.h"
 #include "tj_config.h"
 
 /* Unrolled mode's bound: kept-row steps × 24-FMA blocks. Straight-line code costs LLVM about
  * 3 ms of CPU per row step (768×768 at s = 0.75, 1152 steps: 3.6 s), so only small layers. */
 #define TJ_CPU_UNROLLED_MAX_STEPS 512
 #define TJ_CPU_MAX_MR 16
+/* Token blocks up to this many tokens get a kernel of their own (see emit_item). */
+#define TJ_CPU_EXACT_TOKENS 8
+/* AMX: tokens per tile row block (A and C tiles are 16 rows), the k-step (one A tile row: 32
+ * bf16, 16 pairs) and the default kept rows per k-chunk */
+#define TJ_AMX_ROWS 16
+#define TJ_AMX_K 32
+#define TJ_AMX_KC 256
 
 /* ---------------------------------------------------------------- configs */
 
@@ -40,20 +54,53 @@ const char *tj_cpu_gen_id(void) { return "tilejit " TJ_VERSION " cpu-gen 1 built
 
 tj_cpu_config tj_cpu_config_default(void) { return tj_cpu_config_default_vec(tj_cpu_host_vec()); }
 
+/* Block sizes per vector width, as data (BLIS's blocksize tables): the register block
+ * mr × nr and the k-blocking that kc "auto" (-1) resolves to: tiles keeping more than kc_rows
+ * rows run in chunks of kc kept rows, so a chunk's weight slice (kc × nr floats) and the
+ * gathered X it meets stay in L2 across the token blocks instead of streaming the whole tile's
+ * rows from L3 or memory once per block of mr tokens.
+ *   AVX-512 (32 registers of 16 floats): 6 × 64 beat 12 × 32 and 8 × 48 on BERT-base shapes
+ *     (fewer broadcasts of gathered X per FMA). kc 384 above 1024 kept rows (a 256 KB slice):
+ *     measured on Sapphire Rapids (2 MB L2), 4096 × 11008 at M = 16-512 (bench/RESULTS.md,
+ *     issue 25), and what a 240 s tune found on Zen 4/5 (1 MB L2).
+ *   AVX2 (16 registers of 8): 4 × 24, 12 accumulators with 7 loads per 12 FMAs (6 × 16 needs 8),
+ *     5-10 % faster on Zen 3 (issue 17 round 2). k-blocking from the same 256 KB slice bound
+ *     (24 floats a row: 2730 rows), chunks of 384 rows (36 KB).
+ *   Narrower hosts: 4 rows × two vectors, no k-blocking.
+ * prefetch: bytes ahead in a column block's weight stream that each kept row prefetches (every
+ *   64-byte line of the row, into L1): 1024 (4 rows of 64 floats) took decode calls (M = 1-16)
+ *   on 4096 × 11008 from 3.9 to 3.5 ms (M = 1) and 9.9 to 6.7 ms (M = 8), and changed nothing
+ *   where the weights sit in L2 or the call is compute-bound (bench/RESULTS.md, issue 25).
+ * order1_kept, order1_mb: order -1 (auto) runs work items token-chunk-major (order 1: a chunk
+ *   of gathered X stays in L2 while every tile passes by) when tiles keep under order1_kept of
+ *   k and the kept weights take at most order1_mb MB (each chunk streams them all again), else
+ *   tile-major (a tile's weights stay in cache across the chunks). AVX-512, on Sapphire Rapids
+ *   at s = 0.75: M = 512 4096 × 4096 41 → 34 ms, 768 × 3072 5.4 → 4.8 ms, 384 × 1536 1.26 →
+ *   1.02 ms, M = 128 4096 × 4096 10.7 → 8.7 ms; 11008 × 4096 (45 MB) 111 → 118 ms, so the cap;
+ *   at s = 0.5 tile-major stays ahead. AVX2 keeps the older rule (Zen 3, BERT-base at M = 512:
+ *   chunk-major won by ~30 % at s = 0.9 and lost 5-10 % at s ≤ 0.75). */
+static const struct cpu_blocking {
+    int vec, mr, nr, kc, kc_rows, prefetch;
+    double order1_kept, order1_mb;
+} cpu_blocking[] = {
+    {16, 6, 64, 384, 1024, 1024, 0.3, 24},
+    {8, 4, 24, 384, 2730, 1024, 0.2, 1e9},
+    {4, 4, 8, 0, 0, 0, 0.2, 1e9},
+    {1, 4, 2, 0, 0, 0, 0.2, 1e9},
+};
+
+static const struct cpu_blocking *blocking_for(int vec)
+{
+    size_t i = 0;
+    while (i + 1 < sizeof cpu_blocking / sizeof *cpu_blocking && cpu_blocking[i].vec > vec) i++;
+    return &cpu_blocking[i];
+}
+
 tj_cpu_config tj_cpu_config_default_vec(int vec)
 {
-    /* AVX-512 (32 registers of 16 floats): 6 × 64 beat 12 × 32 and 8 × 48 on BERT-base shapes
-     * (bench/RESULTS.md): fewer broadcasts of gathered X per FMA. AVX2 (16 registers of 8):
-     * 4 × 24, 12 accumulators with 7 loads per 12 FMAs (6 × 16 needs 8), measured 5-10 % faster
-     * on Zen 3 (bench/RESULTS.md, issue 17 round 2). Narrower hosts: 4 rows × two vectors. */
-    tj_cpu_config c = {.mr = 6, .nr = 64, .offsets = TJ_CPU_OFFSETS_TABLE, .unroll = 4, .mb = 0, .vec = 0, .kc = 0, .pack = 0, .order = -1, .serial = 0};
-    if (vec == 8) {
-        c.mr = 4;
-        c.nr = 24;
-    } else if (vec < 8) {
-        c.mr = 4;
-        c.nr = 2 * vec;
-    }
+    const struct cpu_blocking *b = blocking_for(vec);
+    tj_cpu_config c = {.mr = b->mr, .nr = b->nr, .offsets = TJ_CPU_OFFSETS_TABLE, .unroll = 4, .mb = 0, .vec = 0, .kc = -1,
+                       .pack = 0, .order = -1, .serial = 0};
     return c;
 }
 
@@ -91,6 +138,13 @@ static const tj_cpu_config config_space[] = {
     {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 0, 16, 0, 0, 0, 0, TJ_CPU_WEIGHTS_BF16, TJ_CPU_ACT_BF16, 0, TJ_CPU_DOT_FMA},
     {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 0, 16, 0, 0, 0, 0, TJ_CPU_WEIGHTS_BF16, TJ_CPU_ACT_BF16, 0, TJ_CPU_DOT_DPBF16},
     {12, 32, TJ_CPU_OFFSETS_TABLE, 4, 0, 16, 0, 0, 0, 0, TJ_CPU_WEIGHTS_BF16, TJ_CPU_ACT_BF16, TJ_CPU_ACT_BF16, TJ_CPU_DOT_DPBF16},
+    /* AMX tiles (CPUs with AMX-BF16): 32 tokens × 32 features (the default above 16 tokens),
+     * 16 × 64 (16 tokens and fewer), smaller k-chunks and items, bf16 y */
+    {32, 32, TJ_CPU_OFFSETS_TABLE, 4, 0, 16, 0, 0, 0, 0, TJ_CPU_WEIGHTS_BF16, TJ_CPU_ACT_BF16, 0, TJ_CPU_DOT_AMX},
+    {16, 64, TJ_CPU_OFFSETS_TABLE, 4, 0, 16, 0, 0, 0, 0, TJ_CPU_WEIGHTS_BF16, TJ_CPU_ACT_BF16, 0, TJ_CPU_DOT_AMX},
+    {32, 32, TJ_CPU_OFFSETS_TABLE, 4, 32, 16, 64, 0, 1, 0, TJ_CPU_WEIGHTS_BF16, TJ_CPU_ACT_BF16, 0, TJ_CPU_DOT_AMX},
+    {32, 16, TJ_CPU_OFFSETS_TABLE, 4, 128, 16, 128, 0, 0, 0, TJ_CPU_WEIGHTS_BF16, TJ_CPU_ACT_BF16, TJ_CPU_ACT_BF16, TJ_CPU_DOT_AMX},
+    {16, 32, TJ_CPU_OFFSETS_TABLE, 4, 16, 16, 32, 0, 0, 0, TJ_CPU_WEIGHTS_BF16, TJ_CPU_ACT_BF16, TJ_CPU_ACT_BF16, TJ_CPU_DOT_AMX},
 };
 
 const tj_cpu_config *tj_cpu_config_space(int *count)
@@ -100,7 +154,7 @@ const tj_cpu_config *tj_cpu_config_space(int *count)
 }
 
 /* The host's vector width and avx512_bf16, probed once (LLVM's feature string never changes). */
-static int host_vec = 1, host_bf16;
+static int host_vec = 1, host_bf16, host_amx;
 static pthread_once_t host_once = PTHREAD_ONCE_INIT;
 
 static void host_probe(void)
@@ -110,6 +164,10 @@ static void host_probe(void)
         if (strstr(f, "+avx512f")) host_vec = 16;
         else if (strstr(f, "+avx2") && strstr(f, "+fma")) host_vec = 8;
         host_bf16 = strstr(f, "+avx512bf16") && strstr(f, "+avx512f");
+        /* the staging of X uses AVX-512 BW/VBMI2 (every AMX CPU has them); the tile state
+         * needs the kernel's permission first */
+        host_amx = host_bf16 && strstr(f, "+amx-tile") && strstr(f, "+amx-bf16") && strstr(f, "+avx512bw") &&
+                   strstr(f, "+avx512vbmi2") && tj_host_amx_permit();
         LLVMDisposeMessage(f);
     }
 }
@@ -118,6 +176,20 @@ int tj_cpu_host_bf16(void)
 {
     pthread_once(&host_once, host_probe);
     return host_bf16;
+}
+
+int tj_cpu_host_amx(void)
+{
+    pthread_once(&host_once, host_probe);
+    return host_amx;
+}
+
+/* AMX tile budget of a block of mr tokens × nr features: accumulators, X tiles, weight tiles. */
+static int amx_tiles_c(const tj_cpu_config *c) { return (c->mr / TJ_AMX_ROWS) * (c->nr / 16); }
+static int amx_tiles_b(const tj_cpu_config *c) { return 8 - amx_tiles_c(c) - c->mr / TJ_AMX_ROWS; }
+static int amx_block_ok(const tj_cpu_config *c)
+{
+    return (c->mr == 16 || c->mr == 32) && c->nr >= 16 && c->nr <= 64 && c->nr % 16 == 0 && amx_tiles_b(c) >= 1;
 }
 
 int tj_cpu_host_vec(void)
@@ -129,31 +201,75 @@ int tj_cpu_host_vec(void)
 int64_t tj_cpu_config_mb(const tj_cpu_config *c)
 {
     int mr = c->mr < 1 ? 1 : c->mr;
-    int base = c->order == 1 ? 48 : 96;
+    int base = c->dot == TJ_CPU_DOT_AMX ? 64 : c->order == 1 ? 48 : 96;
     return c->mb > 0 ? (c->mb + mr - 1) / mr * mr : mr * ((base + mr / 2) / mr);
 }
 
 void tj_cpu_config_resolve(tj_cpu_config *c, const tj_layer *l)
 {
     if (c->vec == 0) c->vec = tj_cpu_host_vec();
-    if (c->order < 0) {
-        /* measured on BERT-base shapes at M = 512: chunk-major wins by ~30 % at s = 0.9 (the
-         * gathered X chunk is re-read from L2, not L3, by every tile) and loses ~5-10 % at
-         * s ≤ 0.75, where a tile's weights are the better thing to keep */
+    if (c->order < 0) { /* the blocking table's rule: chunk-major for sparse enough layers */
+        const struct cpu_blocking *b = blocking_for(c->vec);
         double kept = l->ntiles ? (double)l->tile_ptr[l->ntiles] / ((double)l->ntiles * (double)l->k) : 1.0;
-        c->order = kept < 0.2 ? 1 : 0;
+        double bytes = 4.0 * (double)tj_layer_kept(l);
+        c->order = kept < b->order1_kept && bytes <= b->order1_mb * 1e6 ? 1 : 0;
     }
     if (c->dtype == TJ_CPU_ACT_BF16) {
         c->weights = TJ_CPU_WEIGHTS_BF16; /* both dot products read bf16 weights */
-        if (c->dot == TJ_CPU_DOT_AUTO) c->dot = c->vec == 16 && tj_cpu_host_bf16() ? TJ_CPU_DOT_DPBF16 : TJ_CPU_DOT_FMA;
+        if (c->dot == TJ_CPU_DOT_AUTO) {
+            c->dot = c->vec != 16 ? TJ_CPU_DOT_FMA
+                     : tj_cpu_host_amx() ? TJ_CPU_DOT_AMX
+                     : tj_cpu_host_bf16() ? TJ_CPU_DOT_DPBF16 : TJ_CPU_DOT_FMA;
+        }
+        /* the register-block defaults (6 × 64, 4 × 24) are no AMX block */
+        if (c->dot == TJ_CPU_DOT_AMX && !amx_block_ok(c)) c->mr = 32, c->nr = 32;
     }
+    if (c->kc < 0) { /* auto: the blocking table, for configs that can k-block at all */
+        const struct cpu_blocking *b = blocking_for(c->vec);
+        int64_t rows = 0;
+        for (int64_t t = 0; t < l->ntiles; t++)
+            if (tj_tile_nrows(l, t) > rows) rows = tj_tile_nrows(l, t);
+        int can = c->offsets == TJ_CPU_OFFSETS_TABLE && !c->pack && c->dtype != TJ_CPU_ACT_BF16;
+        c->kc = can && b->kc > 0 && rows > b->kc_rows ? b->kc : 0;
+    }
+}
+
+void tj_cpu_config_resolve_m(tj_cpu_config *c, const tj_layer *l, int64_t m)
+{
+    int vec = c->vec ? c->vec : tj_cpu_host_vec();
+    if (c->dtype == TJ_CPU_ACT_BF16 && c->dot == TJ_CPU_DOT_AUTO && vec == 16 && tj_cpu_host_amx() && m > 0) {
+        /* measured (bench/RESULTS.md, issue 25): at M = 1 vdpbf16ps beats a 16-row tile 1.3-1.6×;
+         * at M = 16 the 16 × 64 block beats 32 × 32 by 10-25 % */
+        if (m <= 8) c->dot = TJ_CPU_DOT_DPBF16;
+        else if (m <= 16) c->dot = TJ_CPU_DOT_AMX, c->mr = 16, c->nr = 64;
+    }
+    tj_cpu_config_resolve(c, l);
+}
+
+int tj_cpu_config_json_has(const char *json, const char *key)
+{
+    json_t *o = json && *json ? json_loads(json, 0, NULL) : NULL;
+    int has = json_object_get(o, key) != NULL;
+    json_decref(o);
+    return has;
+}
+
+int64_t tj_cpu_xt_elems(const tj_layer *l, int64_t m)
+{
+    return (m + 31) / 32 * ((l->k + TJ_AMX_K - 1) / TJ_AMX_K * TJ_AMX_K) * 32;
+}
+
+tj_status tj_cpu_plan_build(const tj_layer *l, const tj_cpu_config *cfg, tj_plan *out, tj_error *err)
+{
+    return tj_plan_build_rows(l, cfg->vec, cfg->dot == TJ_CPU_DOT_AMX ? TJ_AMX_K : 1, out, err);
 }
 
 int64_t tj_cpu_config_kc(const tj_cpu_config *c)
 {
+    /* AMX: X is staged per k-chunk (its stack buffer stays bounded for long k); whole k-steps */
+    if (c->dot == TJ_CPU_DOT_AMX) return c->kc > 0 ? (c->kc + TJ_AMX_K - 1) / TJ_AMX_K * TJ_AMX_K : TJ_AMX_KC;
     if (c->offsets == TJ_CPU_OFFSETS_UNROLLED || c->pack || c->dtype == TJ_CPU_ACT_BF16) return INT32_MAX; /* whole tiles */
-    /* 0: no k-blocking. Chunks that keep the weight slice in L1 measured slower on BERT-base
-     * shapes (the gathered X, not the weights, is what streams from L2), so the tuner decides. */
+    /* 0: no k-blocking (-1, auto, is resolved by tj_cpu_config_resolve from the blocking table) */
     return c->kc > 0 ? c->kc : INT32_MAX;
 }
 
@@ -163,13 +279,20 @@ tj_status tj_cpu_config_check(const tj_cpu_config *c, tj_error *err)
 {
     if (c->vec != 1 && c->vec != 4 && c->vec != 8 && c->vec != 16)
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: vec %d is not 1, 4, 8 or 16", c->vec);
-    if (c->mr < 1 || c->mr > TJ_CPU_MAX_MR)
+    if (c->dot == TJ_CPU_DOT_AMX) {
+        if (c->vec != 16)
+            return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: dot amx needs vec 16 (AVX-512), not %d", c->vec);
+        if (!amx_block_ok(c))
+            return tj_fail(err, TJ_ERR_INVALID_ARGUMENT,
+                           "cpu config: dot amx takes mr 16 or 32 and nr 16, 32, 48 or 64 within 8 tiles (mr %d × nr %d)", c->mr, c->nr);
+    } else if (c->mr < 1 || c->mr > TJ_CPU_MAX_MR) {
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: mr %d is outside [1, %d]", c->mr, TJ_CPU_MAX_MR);
+    }
     if (c->nr < c->vec || c->nr % c->vec || c->nr > 256)
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: nr %d is not a multiple of the vector width %d (at most 256)",
                        c->nr, c->vec);
     int nv = c->nr / c->vec;
-    if (c->mr * nv + nv + 1 > vec_regs(c->vec))
+    if (c->dot != TJ_CPU_DOT_AMX && c->mr * nv + nv + 1 > vec_regs(c->vec))
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT,
                        "cpu config: mr %d × nr %d needs %d vector registers, the host has %d", c->mr, c->nr,
                        c->mr * nv + nv + 1, vec_regs(c->vec));
@@ -179,17 +302,18 @@ tj_status tj_cpu_config_check(const tj_cpu_config *c, tj_error *err)
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: order %d is not -1 (auto), 0 or 1", c->order);
     if (c->pack < 0 || c->pack > 2)
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: pack %d is not 0, 1 or 2", c->pack);
-    if (c->pack == 2 && c->dot == TJ_CPU_DOT_DPBF16)
-        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: dot dpbf16 reads X as row pairs (pack 0 or 1, not the pack 2 panels)");
+    if (c->pack == 2 && (c->dot == TJ_CPU_DOT_DPBF16 || c->dot == TJ_CPU_DOT_AMX))
+        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: dot %s reads X as row pairs (pack 0 or 1, not the pack 2 panels)",
+                       c->dot == TJ_CPU_DOT_AMX ? "amx" : "dpbf16");
     if (c->pack && c->offsets == TJ_CPU_OFFSETS_UNROLLED)
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: pack needs \"offsets\": \"table\" (packed rows need no offsets)");
-    if (c->kc < 0 || c->kc > 1 << 24)
-        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: kc %d is outside [0, 2^24]", c->kc);
+    if (c->kc < -1 || c->kc > 1 << 24)
+        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: kc %d is outside [-1 (auto), 2^24]", c->kc);
     if (c->weights < 0 || c->weights > 2)
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: weights %d is not auto, f32 or bf16", c->weights);
     if (c->serial < -1)
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: serial %d is not -1 (always parallel), 0 (built-in) or a kFLOP threshold", c->serial);
-    if (c->dtype < 0 || c->dtype > 1 || c->out < 0 || c->out > 1 || c->dot < 0 || c->dot > 2)
+    if (c->dtype < 0 || c->dtype > 1 || c->out < 0 || c->out > 1 || c->dot < 0 || c->dot > TJ_CPU_DOT_AMX)
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: dtype/out/dot out of range");
     if (c->dtype == TJ_CPU_ACT_BF16 && c->offsets == TJ_CPU_OFFSETS_UNROLLED)
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: dtype bf16 needs \"offsets\": \"table\" (bf16 X is staged like pack 1)");
@@ -224,8 +348,11 @@ static tj_status json_enum(json_t *o, const char *key, const char *const *names,
             *out = i;
             return TJ_OK;
         }
-    return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: '%s' must be one of \"%s\", \"%s\"%s%s%s", key, names[0],
-                   names[1], names[2] ? ", \"" : "", names[2] ? names[2] : "", names[2] ? "\"" : "");
+    char list[160];
+    size_t at = 0;
+    for (int i = 0; names[i] && at < sizeof list; i++)
+        at += (size_t)snprintf(list + at, sizeof list - at, "%s\"%s\"", i ? ", " : "", names[i]);
+    return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: '%s' must be one of %s", key, list);
 }
 
 tj_status tj_cpu_config_from_json(const char *json, tj_cpu_config *out, tj_error *err)
@@ -249,12 +376,12 @@ tj_status tj_cpu_config_from_json(const char *json, tj_cpu_config *out, tj_error
             goto done;
         }
     }
-    if ((s = json_int(o, "mr", 1, TJ_CPU_MAX_MR, &out->mr, err))) goto done;
+    if ((s = json_int(o, "mr", 1, 2 * TJ_AMX_ROWS, &out->mr, err))) goto done; /* above 16: amx only (checked) */
     if ((s = json_int(o, "nr", 1, 256, &out->nr, err))) goto done;
     if ((s = json_int(o, "unroll", 1, 64, &out->unroll, err))) goto done;
     if ((s = json_int(o, "mb", 0, 1 << 20, &out->mb, err))) goto done;
     if ((s = json_int(o, "vec", 0, 16, &out->vec, err))) goto done;
-    if ((s = json_int(o, "kc", 0, 1 << 24, &out->kc, err))) goto done;
+    if ((s = json_int(o, "kc", -1, 1 << 24, &out->kc, err))) goto done;
     if ((s = json_int(o, "pack", 0, 2, &out->pack, err))) goto done;
     if ((s = json_int(o, "order", -1, 1, &out->order, err))) goto done;
     if ((s = json_int(o, "serial", -1, 1 << 30, &out->serial, err))) goto done;
@@ -269,7 +396,7 @@ tj_status tj_cpu_config_from_json(const char *json, tj_cpu_config *out, tj_error
             goto done;
         }
     }
-    static const char *const act_names[] = {"f32", "bf16", NULL}, *const dot_names[] = {"auto", "fma", "dpbf16", NULL};
+    static const char *const act_names[] = {"f32", "bf16", NULL}, *const dot_names[] = {"auto", "fma", "dpbf16", "amx", NULL};
     if ((s = json_enum(o, "dtype", act_names, &out->dtype, err))) goto done;
     if ((s = json_enum(o, "out", act_names, &out->out, err))) goto done;
     if ((s = json_enum(o, "dot", dot_names, &out->dot, err))) goto done;
@@ -298,7 +425,8 @@ char *tj_cpu_config_to_json(const tj_cpu_config *c)
     if (c->dtype) o += (size_t)snprintf(ser + o, sizeof ser - o, ", \"dtype\": \"bf16\"");
     if (c->out) o += (size_t)snprintf(ser + o, sizeof ser - o, ", \"out\": \"bf16\"");
     if (c->dot)
-        snprintf(ser + o, sizeof ser - o, ", \"dot\": \"%s\"", c->dot == TJ_CPU_DOT_DPBF16 ? "dpbf16" : "fma");
+        snprintf(ser + o, sizeof ser - o, ", \"dot\": \"%s\"",
+                 c->dot == TJ_CPU_DOT_AMX ? "amx" : c->dot == TJ_CPU_DOT_DPBF16 ? "dpbf16" : "fma");
     snprintf(buf, sizeof buf,
              "{\"mr\": %d, \"nr\": %d, \"offsets\": \"%s\", \"unroll\": %d, \"mb\": %d, \"kc\": %d, \"pack\": %d, \"order\": %d, \"vec\": %d%s}",
              c->mr, c->nr, c->offsets == TJ_CPU_OFFSETS_UNROLLED ? "unrolled" : "table", c->unroll, c->mb, c->kc, c->pack,
@@ -309,9 +437,24 @@ char *tj_cpu_config_to_json(const tj_cpu_config *c)
 void tj_cpu_pack_weights(const tj_plan *p, const tj_cpu_config *cfg, const void *w, tj_dtype wdt, void *dst)
 {
     const tj_layer *l = p->layer;
-    int bf = cfg->weights == TJ_CPU_WEIGHTS_BF16, pairs = cfg->dot == TJ_CPU_DOT_DPBF16;
+    int bf = cfg->weights == TJ_CPU_WEIGHTS_BF16, amx = cfg->dot == TJ_CPU_DOT_AMX;
+    int pairs = cfg->dot == TJ_CPU_DOT_DPBF16;
     int64_t nrb = cfg->nr;
     memset(dst, 0, (size_t)p->packed_elems * (bf ? 2 : 4));
+    if (amx) { /* AMX A tiles, each 1 KB contiguous: 16 features × 32 kept rows */
+        for (int64_t t = 0; t < l->ntiles; t++) {
+            const int32_t *rows = l->tile_rows + l->tile_ptr[t];
+            int64_t nr = tj_tile_nrows(l, t), width = tj_tile_width(l, t), steps = tj_plan_rows(p, t) / 32;
+            for (int64_t c = 0; c < width; c++) {
+                int64_t base = tj_layer_col(l, t * l->g + c) * l->k;
+                uint16_t *d = (uint16_t *)dst + p->off[t] + c / 16 * steps * 512 + c % 16 * 32;
+                for (int64_t r = 0; r < nr; r++)
+                    d[r / 32 * 512 + r % 32] = wdt == TJ_BF16 ? tj_load_u16(w, base + rows[r])
+                                                               : tj_f32_to_bf16(tj_load_f32(w, wdt, base + rows[r]));
+            }
+        }
+        return;
+    }
     for (int64_t t = 0; t < l->ntiles; t++) {
         const int32_t *rows = l->tile_rows + l->tile_ptr[t];
         int64_t nr = tj_tile_nrows(l, t), width = tj_tile_width(l, t), ld = p->ld[t];
@@ -344,6 +487,27 @@ void tj_cpu_pack_weights(const tj_plan *p, const tj_cpu_config *cfg, const void 
     }
 }
 
+int64_t tj_cpu_config_piece(const tj_cpu_config *c)
+{
+    if (c->offsets == TJ_CPU_OFFSETS_UNROLLED || c->pack || c->dtype == TJ_CPU_ACT_BF16) return INT32_MAX;
+    return c->nr;
+}
+
+int64_t tj_cpu_pieces(const tj_plan *p, const tj_cpu_config *c, tj_cpu_piece *out)
+{
+    const tj_layer *l = p->layer;
+    int64_t step = tj_cpu_config_piece(c), n = 0;
+    for (int64_t s = 0; s < l->ntiles; s++) {
+        int64_t t = p->order[s], w = tj_tile_width(l, t), rows = tj_tile_nrows(l, t);
+        for (int64_t b0 = 0; b0 == 0 || b0 < w; b0 += step) {
+            int64_t pw = w - b0 < step ? w - b0 : step;
+            if (out) out[n] = (tj_cpu_piece){s, b0, pw, (rows + 1) * pw};
+            n++;
+        }
+    }
+    return n;
+}
+
 /* ---------------------------------------------------------------- emitter state */
 
 typedef struct em {
@@ -361,11 +525,15 @@ typedef struct em {
     LLVMTypeRef mk_ty;          /* micro-kernel signature */
     LLVMValueRef fma, fma_s;    /* llvm.fmuladd on <V x float> and float */
     LLVMTypeRef fma_ty, fma_s_ty;
-    LLVMValueRef g_offs, g_cols, g_tab[6];
+    LLVMValueRef g_offs, g_cols, g_tab[7];
     LLVMValueRef xs;            /* packed micro-kernels: the x token stride parameter */
     int packed;                 /* emitting a packed micro-kernel (offsets are r itself) */
     int packed_item;            /* X staging of the item: 0 none, 1 token rows, 2 mr-token panels */
     int xbf, ybf, dp;           /* x bf16, y bf16, vdpbf16ps inner product */
+    int pf;                     /* weight prefetch distance in bytes (0: none) */
+    int amx;                    /* AMX tiles (TDPBF16PS) */
+    int compress;               /* stage bf16 X with vpcompressw (AVX512-VBMI2) */
+    LLVMValueRef g_win, g_wptr; /* staging windows (emit_win_tables) */
     LLVMTypeRef xty, yty, xpty; /* element types of x, y and the staged X (f32 or i16) */
     char *cpu, *features;
     int oom;                    /* sticky: a table could not be built (out of memory) */
@@ -553,6 +721,18 @@ static void emit_row(em *e, int mr, int nv, LLVMValueRef x, LLVMValueRef wrow, L
 {
     LLVMValueRef xs = e->xs ? e->xs : ci64(e, e->l->k); /* token stride of x: K, or packed */
     LLVMValueRef w[16];
+    if (e->pf > 0) {
+        /* the weights of a column block are one sequential stream: prefetch its lines a fixed
+         * distance ahead (decode-sized calls are bound by this stream; the hardware prefetcher
+         * alone left 10-30 % of the bandwidth unused, bench/RESULTS.md, issue 25) */
+        LLVMTypeRef pty;
+        LLVMValueRef pf = intrinsic(e, "llvm.prefetch", &e->ptr, 1, &pty);
+        int row_bytes = nv * e->V * (e->wty == e->f32 ? 4 : 2);
+        for (int at = 0; at < row_bytes; at += 64) {
+            LLVMValueRef a[4] = {gep(e, e->i8, wrow, ci64(e, e->pf + at)), ci32(e, 0), ci32(e, 3), ci32(e, 1)};
+            call(e, pty, pf, a, 4);
+        }
+    }
     for (int j = 0; j < nv; j++) {
         if (e->wty == e->f32) {
             w[j] = load(e, e->vf, gep(e, e->f32, wrow, ci64(e, j * e->V)), (unsigned)(4 * e->V));
@@ -570,11 +750,20 @@ static void emit_row(em *e, int mr, int nv, LLVMValueRef x, LLVMValueRef wrow, L
     }
 }
 
-/* + bias, activation, store (contiguous) or scatter (cols) of the first `valid` features. */
-static void emit_epilogue(em *e, int mr, int nv, LLVMValueRef fn, LLVMValueRef *acc)
+/* Leaves an epilogue: return, or branch to cont. */
+static void epi_exit(em *e, LLVMBasicBlockRef cont)
 {
-    LLVMValueRef y = LLVMGetParam(fn, MK_Y), bk = LLVMGetParam(fn, MK_BK), cols = LLVMGetParam(fn, MK_COLS);
-    LLVMValueRef valid = LLVMBuildTrunc(e->b, LLVMGetParam(fn, MK_VALID), e->i32, "");
+    if (cont) LLVMBuildBr(e->b, cont);
+    else LLVMBuildRetVoid(e->b);
+}
+
+/* + bias, activation, store (contiguous) or scatter (cols) of the first `valid` features of mr
+ * token rows (y: the first row, at the block's first feature, or at feature 0 with cols; bk,
+ * cols: at the block's first kept column), then return (cont NULL) or branch to cont. */
+static void emit_epilogue_at(em *e, int mr, int nv, LLVMValueRef fn, LLVMValueRef *acc, LLVMValueRef y, LLVMValueRef bk,
+                             LLVMValueRef cols, LLVMValueRef valid64, LLVMBasicBlockRef cont)
+{
+    LLVMValueRef valid = LLVMBuildTrunc(e->b, valid64, e->i32, "");
     LLVMValueRef iota_el[16];
     for (int i = 0; i < e->V; i++) iota_el[i] = ci32(e, i);
     LLVMValueRef iota = LLVMConstVector(iota_el, (unsigned)e->V);
@@ -586,7 +775,8 @@ static void emit_epilogue(em *e, int mr, int nv, LLVMValueRef fn, LLVMValueRef *
     LLVMValueRef mscatter = e->l->cols ? intrinsic(e, "llvm.masked.scatter", sc_ov, 2, &sc_ty) : NULL;
     LLVMValueRef bias[16], mask[16], colidx[16];
     for (int j = 0; j < nv; j++) {
-        bias[j] = load(e, e->vf, gep(e, e->f32, bk, ci64(e, j * e->V)), 4); /* zeros without bias */
+        /* zeros without bias; bk NULL: the accumulators hold the bias already */
+        bias[j] = bk ? load(e, e->vf, gep(e, e->f32, bk, ci64(e, j * e->V)), 4) : LLVMConstNull(e->vf);
         LLVMValueRef lim = LLVMBuildSub(e->b, valid, ci32(e, j * e->V), "");
         LLVMValueRef lv = LLVMBuildInsertElement(e->b, LLVMGetPoison(e->vi32), lim, ci32(e, 0), "");
         if (e->V > 1)
@@ -596,7 +786,7 @@ static void emit_epilogue(em *e, int mr, int nv, LLVMValueRef fn, LLVMValueRef *
     }
     LLVMValueRef vals[TJ_CPU_MAX_MR * 16];
     for (int i = 0; i < mr * nv; i++) {
-        LLVMValueRef v = LLVMBuildFAdd(e->b, acc[i], bias[i % nv], "");
+        LLVMValueRef v = bk ? LLVMBuildFAdd(e->b, acc[i], bias[i % nv], "") : acc[i];
         if (e->fused_act) v = emit_act(e, e->vf, v);
         vals[i] = e->ybf ? bf16_round(e, v) : v;
     }
@@ -610,7 +800,7 @@ static void emit_epilogue(em *e, int mr, int nv, LLVMValueRef fn, LLVMValueRef *
         for (int i = 0; i < mr; i++)
             for (int j = 0; j < nv; j++)
                 store(e, vals[i * nv + j], gep(e, e->yty, y, ci64(e, i * e->l->n + j * e->V)), yal);
-        LLVMBuildRetVoid(e->b);
+        epi_exit(e, cont);
         LLVMPositionBuilderAtEnd(e->b, part);
     }
     for (int i = 0; i < mr; i++) {
@@ -627,7 +817,14 @@ static void emit_epilogue(em *e, int mr, int nv, LLVMValueRef fn, LLVMValueRef *
             }
         }
     }
-    LLVMBuildRetVoid(e->b);
+    epi_exit(e, cont);
+}
+
+/* The epilogue of a micro-kernel (mk_ty): its own y, bias, cols and valid; returns. */
+static void emit_epilogue(em *e, int mr, int nv, LLVMValueRef fn, LLVMValueRef *acc)
+{
+    emit_epilogue_at(e, mr, nv, fn, acc, LLVMGetParam(fn, MK_Y), LLVMGetParam(fn, MK_BK), LLVMGetParam(fn, MK_COLS),
+                     LLVMGetParam(fn, MK_VALID), NULL);
 }
 
 static void zero_acc(em *e, int n, LLVMValueRef *acc)
@@ -893,7 +1090,8 @@ static LLVMValueRef emit_mk_unrolled(em *e, int64_t t)
 
 /* ---------------------------------------------------------------- item and post */
 
-enum { T_ROWBEG, T_NROWS, T_WOFF, T_LD, T_WIDTH, T_COLBASE };
+/* per-slot tile tables; T_LDK: the packed block's row count (tj_plan_rows: AMX's row stride) */
+enum { T_ROWBEG, T_NROWS, T_WOFF, T_LD, T_WIDTH, T_COLBASE, T_LDK, T_NTAB };
 
 static LLVMValueRef i64_array(em *e, const int64_t *v, int64_t n)
 {
@@ -915,29 +1113,44 @@ static LLVMValueRef i32_array(em *e, const int32_t *v, int64_t n, int64_t pad)
     return a;
 }
 
-static tj_status emit_tables(em *e, tj_error *err)
+/* Per work piece (tj_cpu_pieces): its tile's rows, and its features as a tile of their own:
+ * the weights from its first column block on (blocks are contiguous, off + b0·nrows), the
+ * padded width left from b0, its width and first kept column. */
+static tj_status emit_tables(em *e, tj_cpu_emit_info *info, tj_error *err)
 {
     const tj_layer *l = e->l;
-    int64_t nt = l->ntiles, tot = l->tile_ptr[nt];
-    int64_t *t6 = malloc((size_t)(nt ? nt : 1) * 6 * sizeof *t6);
-    if (!t6) return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "layer '%s': out of memory emitting IR", l->name);
+    int64_t tot = l->tile_ptr[l->ntiles];
+    int64_t nt = tj_cpu_pieces(e->p, e->cfg, NULL);
+    tj_cpu_piece *pc = malloc((size_t)(nt ? nt : 1) * sizeof *pc);
+    int64_t *t6 = malloc((size_t)(nt ? nt : 1) * T_NTAB * sizeof *t6);
+    if (!t6 || !pc) {
+        free(t6);
+        free(pc);
+        return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "layer '%s': out of memory emitting IR", l->name);
+    }
+    tj_cpu_pieces(e->p, e->cfg, pc);
+    info->nslots = nt;
     for (int64_t s = 0; s < nt; s++) {
-        int64_t t = e->p->order[s];
+        int64_t t = e->p->order[pc[s].tslot], b0 = pc[s].b0;
         t6[T_ROWBEG * nt + s] = l->tile_ptr[t];
         t6[T_NROWS * nt + s] = tj_tile_nrows(l, t);
-        t6[T_WOFF * nt + s] = e->p->off[t];
-        t6[T_LD * nt + s] = e->p->ld[t];
-        t6[T_WIDTH * nt + s] = tj_tile_width(l, t);
-        t6[T_COLBASE * nt + s] = t * l->g;
+        t6[T_WOFF * nt + s] = e->p->off[t] + b0 * tj_plan_rows(e->p, t);
+        t6[T_LD * nt + s] = e->p->ld[t] - b0;
+        t6[T_WIDTH * nt + s] = pc[s].width;
+        t6[T_COLBASE * nt + s] = t * l->g + b0;
+        t6[T_LDK * nt + s] = tj_plan_rows(e->p, t);
     }
-    static const char *names[6] = {"rowbeg", "nrows", "woff", "ld", "width", "colbase"};
-    for (int i = 0; i < 6; i++) {
+    free(pc);
+    static const char *names[T_NTAB] = {"rowbeg", "nrows", "woff", "ld", "width", "colbase", "ldk"};
+    for (int i = 0; i < T_NTAB; i++) {
         LLVMValueRef a = i64_array(e, t6 + i * nt, nt);
         if (!a) { free(t6); return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory emitting IR"); }
         e->g_tab[i] = const_global(e, names[i], a);
     }
     free(t6);
-    LLVMValueRef a = i32_array(e, l->tile_rows, tot, e->V); /* packing reads whole vectors */
+    /* packing reads whole vectors; AMX staging reads a whole k-step of offsets (then zeros
+     * what lies past the tile's rows) */
+    LLVMValueRef a = i32_array(e, l->tile_rows, tot, e->V > TJ_AMX_K ? e->V : TJ_AMX_K);
     if (!a) return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory emitting IR");
     e->g_offs = const_global(e, "offsets", a);
     if (l->cols) {
@@ -983,6 +1196,82 @@ static LLVMValueRef smin(em *e, LLVMValueRef a, LLVMValueRef b)
     return LLVMBuildSelect(e->b, LLVMBuildICmp(e->b, LLVMIntSLT, a, b, ""), a, b, "");
 }
 
+/* Staging windows of bf16 X (dot dpbf16 on CPUs with AVX512-VBMI2): each tile's kept rows as
+ * the 32-feature windows of x they fall in, i64 entries (window's first feature << 32 | mask of
+ * its kept features); slot s's windows are win[wptr[s] .. wptr[s + 1]). */
+static tj_status emit_win_tables(em *e, tj_error *err)
+{
+    const tj_layer *l = e->l;
+    int64_t nt = l->ntiles, nwin = 0;
+    for (int64_t t = 0; t < nt; t++) {
+        int64_t nr = tj_tile_nrows(l, t);
+        nwin += nr < l->k / 32 + 1 ? nr : l->k / 32 + 1; /* windows ≤ rows, and ≤ the windows of k */
+    }
+    int64_t *win = malloc((size_t)(nwin + 1) * sizeof *win), *wptr = malloc((size_t)(nt + 1) * sizeof *wptr);
+    if (!win || !wptr) {
+        free(win);
+        free(wptr);
+        return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "layer '%s': out of memory emitting IR", l->name);
+    }
+    int64_t nw = 0;
+    for (int64_t s = 0; s < nt; s++) {
+        int64_t t = e->p->order[s], nr = tj_tile_nrows(l, t);
+        const int32_t *rows = l->tile_rows + l->tile_ptr[t];
+        wptr[s] = nw;
+        for (int64_t r = 0; r < nr;) {
+            int64_t w0 = rows[r] / 32 * 32;
+            uint32_t mask = 0;
+            for (; r < nr && rows[r] < w0 + 32; r++) mask |= 1u << (rows[r] - w0);
+            win[nw++] = (int64_t)((uint64_t)w0 << 32 | mask);
+        }
+    }
+    wptr[nt] = nw;
+    e->g_win = const_global(e, "win", i64_array(e, win, nw ? nw : 1));
+    e->g_wptr = const_global(e, "wptr", i64_array(e, wptr, nt + 1));
+    free(win);
+    free(wptr);
+    return TJ_OK;
+}
+
+/* Stages bf16 X for tokens [m0, m1) of the item's tile: xp[(m − m0)·xs + r] = x[m][rows_t[r]],
+ * one vpcompressw per window of kept features; a masked load reads only kept features (nothing
+ * past x's end). Each window's 64-byte store spills up to 31 elements past its own: the next
+ * window or token row overwrites them, and xp has 32 elements of slack at its end. */
+static void emit_stage_x(em *e, LLVMValueRef fn, LLVMValueRef x, LLVMValueRef m0, LLVMValueRef m1, LLVMValueRef slot,
+                         LLVMValueRef xp, LLVMValueRef xs)
+{
+    const tj_layer *l = e->l;
+    LLVMTypeRef v32 = LLVMVectorType(e->i16, 32), m32 = LLVMVectorType(e->i1, 32);
+    LLVMValueRef eb = load(e, e->i64, gep(e, e->i64, e->g_wptr, slot), 8);
+    LLVMValueRef ee = load(e, e->i64, gep(e, e->i64, e->g_wptr, LLVMBuildAdd(e->b, slot, ci64(e, 1), "")), 8);
+    LLVMTypeRef ld_ov[2] = {v32, e->ptr}, ld_ty, cp_ty, pc_ty;
+    LLVMValueRef mload = intrinsic(e, "llvm.masked.load", ld_ov, 2, &ld_ty);
+    LLVMValueRef comp = intrinsic(e, "llvm.x86.avx512.mask.compress", &v32, 1, &cp_ty);
+    LLVMValueRef popc = intrinsic(e, "llvm.ctpop", &e->i32, 1, &pc_ty);
+    loop pi;
+    loop_begin(e, fn, &pi, m0, m1, ci64(e, 1));
+    LLVMValueRef xrow = gep(e, e->i16, x, LLVMBuildMul(e->b, pi.iv, ci64(e, l->k), ""));
+    LLVMValueRef dst = gep(e, e->i16, xp, LLVMBuildMul(e->b, LLVMBuildSub(e->b, pi.iv, m0, ""), xs, ""));
+    LLVMBasicBlockRef pre = LLVMGetInsertBlock(e->b);
+    loop wl;
+    loop_begin(e, fn, &wl, eb, ee, ci64(e, 1));
+    LLVMValueRef pos = LLVMBuildPhi(e->b, e->i64, "pos");
+    LLVMValueRef zero64 = ci64(e, 0);
+    LLVMAddIncoming(pos, &zero64, &pre, 1);
+    LLVMValueRef ent = load(e, e->i64, gep(e, e->i64, e->g_win, wl.iv), 8);
+    LLVMValueRef mask = LLVMBuildTrunc(e->b, ent, e->i32, "");
+    LLVMValueRef mv = LLVMBuildBitCast(e->b, mask, m32, "");
+    LLVMValueRef src = gep(e, e->i16, xrow, LLVMBuildLShr(e->b, ent, ci64(e, 32), ""));
+    LLVMValueRef la[4] = {src, ci32(e, 2), mv, LLVMConstNull(v32)};
+    LLVMValueRef ca[3] = {call(e, ld_ty, mload, la, 4), LLVMConstNull(v32), mv};
+    store(e, call(e, cp_ty, comp, ca, 3), gep(e, e->i16, dst, pos), 2);
+    LLVMValueRef posn = LLVMBuildAdd(e->b, pos, LLVMBuildZExt(e->b, call(e, pc_ty, popc, &mask, 1), e->i64, ""), "");
+    LLVMBasicBlockRef latch = LLVMGetInsertBlock(e->b);
+    loop_end(e, &wl);
+    LLVMAddIncoming(pos, &posn, &latch, 1);
+    loop_end(e, &pi);
+}
+
 static tj_status emit_item(em *e, tj_cpu_emit_info *info, tj_error *err)
 {
     const tj_layer *l = e->l;
@@ -995,16 +1284,19 @@ static tj_status emit_item(em *e, tj_cpu_emit_info *info, tj_error *err)
         int64_t rest = w % ((int64_t)nv * V);
         if (rest) need_nv[(rest + V - 1) / V] = 1;
     }
-    /* Token-block variants: mr itself and the powers of two below it; a tail of t tokens runs
-     * the largest variant ≤ t and loops (12 → 12, 8, 4, 2, 1: five kernels, not twelve). */
+    /* Token-block variants: mr itself, every count up to TJ_CPU_EXACT_TOKENS (so a decode-sized
+     * call, or tail, of t ≤ 8 tokens is one block: each weight streams once), and the powers of
+     * two below mr beyond that; a longer tail runs the largest variant ≤ t and loops
+     * (14 → 14, 8 + 5, ...: ten kernels, not fourteen). */
     LLVMValueRef *mk = calloc((size_t)mr * (size_t)nv, sizeof *mk);
     int64_t *step = calloc((size_t)mr, sizeof *step);
     if (!mk || !step) { free(mk); free(step); return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory emitting IR"); }
     LLVMValueRef variant[TJ_CPU_MAX_MR + 1][17];
     memset(variant, 0, sizeof variant);
     for (int a = 1; a <= mr; a++) {
-        int v = a == mr ? mr : 1;
-        while (a != mr && v * 2 <= a) v *= 2;
+        int v = 1;
+        while (v * 2 <= a) v *= 2;
+        if (a == mr || a <= TJ_CPU_EXACT_TOKENS) v = a;
         step[a - 1] = v;
         for (int b = 1; b <= nv; b++) {
             if (!need_nv[b]) { mk[(a - 1) * nv + (b - 1)] = LLVMConstNull(e->ptr); continue; }
@@ -1054,11 +1346,11 @@ static tj_status emit_item(em *e, tj_cpu_emit_info *info, tj_error *err)
     LLVMSetAlignment(scr, 64);
     LLVMValueRef xp = NULL;
     if (e->cfg->pack || e->xbf) {
-        xp = LLVMBuildArrayAlloca(e->b, e->xpty, ci64(e, mbmax * (rpmax > 0 ? rpmax : 1)), "xpacked");
+        xp = LLVMBuildArrayAlloca(e->b, e->xpty, ci64(e, mbmax * (rpmax > 0 ? rpmax : 1) + 32), "xpacked"); /* + staging's spill */
         LLVMSetAlignment(xp, 64);
     }
-    LLVMValueRef tv[6];
-    for (int i = 0; i < 6; i++) tv[i] = load(e, e->i64, gep(e, e->i64, e->g_tab[i], slot), 8);
+    LLVMValueRef tv[T_NTAB];
+    for (int i = 0; i < T_NTAB; i++) tv[i] = load(e, e->i64, gep(e, e->i64, e->g_tab[i], slot), 8);
     LLVMValueRef offs = gep(e, e->i32, e->g_offs, tv[T_ROWBEG]);
     LLVMValueRef nrv = ci64(e, (int64_t)nv * V);
     LLVMValueRef rp = NULL;
@@ -1082,6 +1374,9 @@ static tj_status emit_item(em *e, tj_cpu_emit_info *info, tj_error *err)
         store(e, v, gep(e, e->f32, dst, LLVMBuildMul(e->b, pr.iv, mrc, "")), 4);
         loop_end(e, &pr);
         loop_end(e, &pi);
+    } else if (xp && e->dp && e->compress) {
+        rp = LLVMBuildMul(e->b, LLVMBuildSDiv(e->b, LLVMBuildAdd(e->b, tv[T_NROWS], ci64(e, V - 1), ""), ci64(e, V), ""), ci64(e, V), "rp");
+        emit_stage_x(e, fn, x, m0, m1, slot, xp, rp);
     } else if (xp) {
         /* pack: xp[i][r] = x[m0 + i][rows_t[r]] with vector gathers, once per item for all
          * column blocks: the micro-kernels then read contiguous, L1-resident rows */
@@ -1168,6 +1463,415 @@ static tj_status emit_item(em *e, tj_cpu_emit_info *info, tj_error *err)
     loop_end(e, &kl);
     loop_end(e, &cb);
     LLVMBuildRetVoid(e->b);
+    return TJ_OK;
+}
+
+/* ---------------------------------------------------------------- AMX */
+
+/* dot amx computes each tile's Yᵀ block = W_tile · Xᵀ with TDPBF16PS: the weights are the A
+ * operand (16 features × 32 kept rows per tile register, feature-major rows of the packed
+ * block), X the B operand (16 VNNI pair rows × 16 tokens). B wants X feature-major, so a call
+ * first transposes x once (prep, shared by every tile); an item then gathers its kept rows as
+ * whole 64-byte lines of that transpose. C tiles are features × tokens: the epilogue transposes
+ * them back into y's rows. */
+
+typedef struct amx_fns {
+    LLVMValueRef load, store, zero, dp;
+    LLVMTypeRef load_ty, store_ty, zero_ty, dp_ty;
+} amx_fns;
+
+static amx_fns amx_intrinsics(em *e)
+{
+    amx_fns a;
+    a.load = intrinsic(e, "llvm.x86.tileloadd64", NULL, 0, &a.load_ty);
+    a.store = intrinsic(e, "llvm.x86.tilestored64", NULL, 0, &a.store_ty);
+    a.zero = intrinsic(e, "llvm.x86.tilezero", NULL, 0, &a.zero_ty);
+    a.dp = intrinsic(e, "llvm.x86.tdpbf16ps", NULL, 0, &a.dp_ty);
+    return a;
+}
+
+static LLVMValueRef ci8(em *e, int v) { return LLVMConstInt(e->i8, (unsigned long long)v, 0); }
+
+/* The token of column c of B tile j (and so of C's column c) in a staged block of tw tokens.
+ * 32 tokens: the interleave is vpunpck{l,h}wd (one cheap shuffle per tile row, within 128-bit
+ * lanes), so tile 0 holds tokens 0-3, 8-11, 16-19, 24-27 and tile 1 the others; 16 tokens: in
+ * order. */
+static int amx_token(int tw, int j, int c) { return tw == 32 ? 8 * (c / 4) + 4 * j + c % 4 : 16 * j + c; }
+
+/* tileloadd / tilestored of tile register t at p, rows `stride` bytes apart */
+static void tile_mem(em *e, const amx_fns *a, int store_it, int t, LLVMValueRef p, LLVMValueRef stride)
+{
+    LLVMValueRef args[3] = {ci8(e, t), p, stride};
+    if (store_it) call(e, a->store_ty, a->store, args, 3);
+    else call(e, a->load_ty, a->load, args, 3);
+}
+
+/* In-register transpose of n vectors of n elements (n a power of two): v[i][j] → v[j][i], as
+ * log2(n) rounds that swap the off-diagonal s × s blocks of each 2s × 2s block. */
+static void transpose_square(em *e, LLVMValueRef *v, int n)
+{
+    LLVMValueRef lo[32], hi[32];
+    for (int s = n / 2; s >= 1; s /= 2) {
+        for (int j = 0; j < n; j++) {
+            lo[j] = ci32(e, (j & s) ? n + j - s : j); /* [A, C]: b's s-block below a's */
+            hi[j] = ci32(e, (j & s) ? n + j : j + s); /* [B, D] */
+        }
+        LLVMValueRef ml = LLVMConstVector(lo, (unsigned)n), mh = LLVMConstVector(hi, (unsigned)n);
+        for (int i = 0; i < n; i++) {
+            if (i & s) continue;
+            LLVMValueRef a = v[i], b = v[i + s];
+            v[i] = LLVMBuildShuffleVector(e->b, a, b, ml, "");
+            v[i + s] = LLVMBuildShuffleVector(e->b, a, b, mh, "");
+        }
+    }
+}
+
+/* A vector of n i1 lanes: lane < lim (lim an i64 value). */
+static LLVMValueRef lanes_below(em *e, int n, LLVMValueRef lim)
+{
+    LLVMValueRef el[32];
+    for (int i = 0; i < n; i++) el[i] = ci64(e, i);
+    LLVMTypeRef vt = LLVMVectorType(e->i64, (unsigned)n);
+    LLVMValueRef lv = LLVMBuildInsertElement(e->b, LLVMGetPoison(vt), lim, ci32(e, 0), "");
+    lv = LLVMBuildShuffleVector(e->b, lv, LLVMGetPoison(vt), LLVMConstNull(LLVMVectorType(e->i32, (unsigned)n)), "");
+    return LLVMBuildICmp(e->b, LLVMIntSLT, LLVMConstVector(el, (unsigned)n), lv, "");
+}
+
+/* prep(x, xt, m0, m1): tokens [m0, m1) (m0 a multiple of 32, m1 − m0 ≤ 32) of x [M × K] into
+ * block m0/32 of xt: xt[b·Kp·32 + k·32 + t] = x[32b + t][k], Kp = K rounded up to 32, zeros
+ * past K and past m1. 32 × 32 blocks: masked loads of 32 token rows, an in-register transpose,
+ * 32 aligned line stores. x is bf16; with f32 (the prepf entry) fp32, rounded to bf16 on the
+ * way (the fp32 host interface then needs no separate rounding pass). */
+static void emit_amx_prep(em *e, char *name, size_t name_len, int f32)
+{
+    const tj_layer *l = e->l;
+    int64_t kp = (l->k + TJ_AMX_K - 1) / TJ_AMX_K * TJ_AMX_K;
+    snprintf(name, name_len, "%s_prep%s", e->prefix, f32 ? "f" : "");
+    LLVMTypeRef ps[4] = {e->ptr, e->ptr, e->i64, e->i64};
+    LLVMValueRef fn = new_fn(e, name, LLVMFunctionType(e->voidt, ps, 4, 0), 0);
+    LLVMValueRef x = LLVMGetParam(fn, 0), xt = LLVMGetParam(fn, 1), m0 = LLVMGetParam(fn, 2), m1 = LLVMGetParam(fn, 3);
+    LLVMPositionBuilderAtEnd(e->b, LLVMAppendBasicBlockInContext(e->c, fn, "entry"));
+    LLVMTypeRef v32 = LLVMVectorType(e->i16, 32), ld_ov[2] = {v32, e->ptr}, ld_ty, fl_ov[2] = {e->vf, e->ptr}, fl_ty;
+    LLVMValueRef mload = intrinsic(e, "llvm.masked.load", ld_ov, 2, &ld_ty);
+    LLVMValueRef fload = intrinsic(e, "llvm.masked.load", fl_ov, 2, &fl_ty);
+    LLVMValueRef lo16[16], hi16[16], cat[32];
+    for (int i = 0; i < 16; i++) lo16[i] = ci32(e, i), hi16[i] = ci32(e, 16 + i);
+    for (int i = 0; i < 32; i++) cat[i] = ci32(e, i);
+    LLVMValueRef blk = gep(e, e->i16, xt, LLVMBuildMul(e->b, LLVMBuildSDiv(e->b, m0, ci64(e, 32), ""), ci64(e, kp * 32), ""));
+    LLVMValueRef ntok = LLVMBuildSub(e->b, m1, m0, "");
+    loop kl;
+    loop_begin(e, fn, &kl, ci64(e, 0), ci64(e, kp), ci64(e, 32));
+    LLVMValueRef kmask = lanes_below(e, 32, LLVMBuildSub(e->b, ci64(e, l->k), kl.iv, ""));
+    LLVMValueRef v[32];
+    for (int t = 0; t < 32; t++) {
+        LLVMValueRef ok = LLVMBuildICmp(e->b, LLVMIntSLT, ci64(e, t), ntok, "");
+        LLVMValueRef row = LLVMBuildSelect(e->b, ok, LLVMBuildAdd(e->b, m0, ci64(e, t), ""), m0, "");
+        LLVMValueRef src = gep(e, f32 ? e->f32 : e->i16, x, LLVMBuildAdd(e->b, LLVMBuildMul(e->b, row, ci64(e, l->k), ""), kl.iv, ""));
+        LLVMValueRef m = LLVMBuildSelect(e->b, ok, kmask, LLVMConstNull(LLVMTypeOf(kmask)), "");
+        if (!f32) {
+            LLVMValueRef a[4] = {src, ci32(e, 2), m, LLVMConstNull(v32)};
+            v[t] = call(e, ld_ty, mload, a, 4);
+            continue;
+        }
+        LLVMValueRef half[2];
+        for (int h = 0; h < 2; h++) {
+            LLVMValueRef mh = LLVMBuildShuffleVector(e->b, m, LLVMGetPoison(LLVMTypeOf(m)), LLVMConstVector(h ? hi16 : lo16, 16), "");
+            LLVMValueRef a[4] = {gep(e, e->f32, src, ci64(e, 16 * h)), ci32(e, 4), mh, LLVMConstNull(e->vf)};
+            half[h] = bf16_round(e, call(e, fl_ty, fload, a, 4));
+        }
+        v[t] = LLVMBuildShuffleVector(e->b, half[0], half[1], LLVMConstVector(cat, 32), "");
+    }
+    transpose_square(e, v, 32);
+    LLVMValueRef dst = gep(e, e->i16, blk, LLVMBuildMul(e->b, kl.iv, ci64(e, 32), ""));
+    for (int k = 0; k < 32; k++) store(e, v[k], gep(e, e->i16, dst, ci64(e, 32 * k)), 64);
+    loop_end(e, &kl);
+    LLVMBuildRetVoid(e->b);
+}
+
+/* Stages pairs [pa, pb) of a B panel (tw tokens: 16, or 32 in two token tiles pj apart): pair p
+ * of token tile j is the 64-byte row dst + j·pj + 32·p, the VNNI interleave of the xt lines of
+ * kept rows 2p and 2p + 1 (offs: the chunk's first kept row's offset; zeros past kn rows). */
+static void emit_stage_pairs(em *e, LLVMValueRef fn, int tw, int64_t pj, LLVMValueRef xtb, LLVMValueRef offs, LLVMValueRef kn,
+                             LLVMValueRef dst, LLVMValueRef pa, LLVMValueRef pb)
+{
+    LLVMTypeRef lt = LLVMVectorType(e->i16, (unsigned)tw);
+    loop pl;
+    loop_begin(e, fn, &pl, pa, pb, ci64(e, 1));
+    LLVMValueRef line[2];
+    for (int h = 0; h < 2; h++) {
+        LLVMValueRef ri = LLVMBuildAdd(e->b, LLVMBuildShl(e->b, pl.iv, ci64(e, 1), ""), ci64(e, h), "");
+        LLVMValueRef ok = LLVMBuildICmp(e->b, LLVMIntSLT, ri, kn, "");
+        LLVMValueRef k = LLVMBuildSExt(e->b, load(e, e->i32, gep(e, e->i32, offs, ri), 4), e->i64, "");
+        k = LLVMBuildSelect(e->b, ok, k, ci64(e, 0), "");
+        LLVMValueRef v = load(e, lt, gep(e, e->i16, xtb, LLVMBuildMul(e->b, k, ci64(e, 32), "")), (unsigned)(2 * tw));
+        line[h] = LLVMBuildSelect(e->b, ok, v, LLVMConstNull(lt), "");
+    }
+    for (int j = 0; j < tw / 16; j++) {
+        LLVMValueRef mk[32];
+        for (int q = 0; q < 32; q++) mk[q] = ci32(e, amx_token(tw, j, q / 2) + (q & 1) * tw);
+        LLVMValueRef row = LLVMBuildShuffleVector(e->b, line[0], line[1], LLVMConstVector(mk, 32), "");
+        store(e, row, gep(e, e->i16, dst, LLVMBuildAdd(e->b, ci64(e, j * pj), LLVMBuildMul(e->b, pl.iv, ci64(e, 32), ""), "")), 64);
+    }
+    loop_end(e, &pl);
+}
+
+/* Block micro-kernel: fa × 16 features × tb × 16 tokens over `steps` k-steps of 32 kept rows.
+ * Tile registers: C[i][j] = i·tb + j (feature tile i, token tile j), B[j] (tokens) after them,
+ * A (weights) in the rest, A[i] in A0 + i % nA (loads rotate when fewer than fa).
+ *   B[j]: xb + j·pj + 512·s, 16 pair rows of 64 bytes (the staged panel, contiguous)
+ *   A[i]: w + i·gs + 512·s, 16 feature rows of 64 bytes (the packed A tiles, contiguous)
+ * First chunk: C = 0, else C from `part` (features × 32 tokens, fp32). Last chunk: C through a
+ * stack buffer, transposed back to token rows, into the epilogue (bias, activation, rounding,
+ * masks or scatter) for the first `mrows` tokens; other chunks store C back to `part`.
+ * Each k-step, after its TDPBF16PS are issued, also stages up to SU pairs of the item's next B
+ * panel (pairs SP0.., below SP1; emit_stage_pairs with SXT, SOFF, SKN, SDST): that work runs on
+ * the vector ports while the tile unit computes. */
+enum { AB_XB, AB_W, AB_GS, AB_STEPS, AB_PART, AB_FLAGS, AB_Y, AB_BK, AB_COLS, AB_VALID, AB_MROWS,
+       AB_SXT, AB_SOFF, AB_SKN, AB_SDST, AB_SP0, AB_SP1, AB_SU, AB_NARGS };
+
+static LLVMValueRef emit_amx_block(em *e, int fa, int tb, int tw, int64_t pj, LLVMTypeRef fty)
+{
+    char name[128];
+    snprintf(name, sizeof name, "%s.amx_%d_%d", e->prefix, fa, tb);
+    LLVMValueRef fn = new_fn(e, name, fty, 1);
+    amx_fns a = amx_intrinsics(e);
+    LLVMValueRef xb = LLVMGetParam(fn, AB_XB), w = LLVMGetParam(fn, AB_W), gs = LLVMGetParam(fn, AB_GS);
+    LLVMValueRef steps = LLVMGetParam(fn, AB_STEPS), part = LLVMGetParam(fn, AB_PART), flags = LLVMGetParam(fn, AB_FLAGS);
+    int nc = fa * tb, b0 = nc, a0 = nc + tb, na = 8 - a0;
+    LLVMBasicBlockRef entry = LLVMAppendBasicBlockInContext(e->c, fn, "entry");
+    LLVMBasicBlockRef bz = LLVMAppendBasicBlockInContext(e->c, fn, "zero");
+    LLVMBasicBlockRef bl = LLVMAppendBasicBlockInContext(e->c, fn, "partial.load");
+    LLVMBasicBlockRef pre = LLVMAppendBasicBlockInContext(e->c, fn, "k.pre");
+    LLVMBasicBlockRef keep = LLVMAppendBasicBlockInContext(e->c, fn, "partial.store");
+    LLVMBasicBlockRef out = LLVMAppendBasicBlockInContext(e->c, fn, "out");
+    LLVMPositionBuilderAtEnd(e->b, entry);
+    LLVMValueRef cs = LLVMBuildArrayAlloca(e->b, e->f32, ci64(e, nc * 256), "c");
+    LLVMSetAlignment(cs, 64);
+    int64_t ctw = (int64_t)fa * 16; /* a token row of the transposed block, floats */
+    LLVMValueRef ct = LLVMBuildArrayAlloca(e->b, e->f32, ci64(e, tb * 16 * ctw), "ct");
+    LLVMSetAlignment(ct, 64);
+    LLVMValueRef pstride = ci64(e, 32 * 4);
+    LLVMValueRef first = LLVMBuildICmp(e->b, LLVMIntNE, LLVMBuildAnd(e->b, flags, ci64(e, MK_FIRST), ""), ci64(e, 0), "");
+    LLVMBuildCondBr(e->b, first, bz, bl);
+    LLVMPositionBuilderAtEnd(e->b, bz);
+    for (int c = 0; c < nc; c++) {
+        LLVMValueRef t = ci8(e, c);
+        call(e, a.zero_ty, a.zero, &t, 1);
+    }
+    LLVMBuildBr(e->b, pre);
+    LLVMPositionBuilderAtEnd(e->b, bl);
+    for (int i = 0; i < fa; i++)
+        for (int j = 0; j < tb; j++)
+            tile_mem(e, &a, 0, i * tb + j, gep(e, e->f32, part, ci64(e, 16 * i * 32 + 16 * j)), pstride);
+    LLVMBuildBr(e->b, pre);
+    LLVMPositionBuilderAtEnd(e->b, pre);
+    loop kl;
+    loop_begin(e, fn, &kl, ci64(e, 0), steps, ci64(e, 1));
+    LLVMValueRef sv = kl.iv;
+    LLVMValueRef xk = gep(e, e->i16, xb, LLVMBuildMul(e->b, sv, ci64(e, 16 * 32), ""));
+    LLVMValueRef wk = gep(e, e->i16, w, LLVMBuildMul(e->b, sv, ci64(e, 16 * 32), ""));
+    for (int j = 0; j < tb; j++) tile_mem(e, &a, 0, b0 + j, gep(e, e->i16, xk, ci64(e, j * pj)), ci64(e, 64));
+    for (int i = 0; i < fa; i++) {
+        int at = a0 + i % na;
+        tile_mem(e, &a, 0, at, gep(e, e->i16, wk, LLVMBuildMul(e->b, gs, ci64(e, i), "")), ci64(e, 64));
+        for (int j = 0; j < tb; j++) {
+            LLVMValueRef d[3] = {ci8(e, i * tb + j), ci8(e, at), ci8(e, b0 + j)};
+            call(e, a.dp_ty, a.dp, d, 3);
+        }
+    }
+    {   /* this step's share of the next panel */
+        LLVMValueRef su = LLVMGetParam(fn, AB_SU), sp1 = LLVMGetParam(fn, AB_SP1);
+        LLVMValueRef pa = LLVMBuildAdd(e->b, LLVMGetParam(fn, AB_SP0), LLVMBuildMul(e->b, sv, su, ""), "");
+        emit_stage_pairs(e, fn, tw, pj, LLVMGetParam(fn, AB_SXT), LLVMGetParam(fn, AB_SOFF), LLVMGetParam(fn, AB_SKN),
+                         LLVMGetParam(fn, AB_SDST), pa, smin(e, sp1, LLVMBuildAdd(e->b, pa, su, "")));
+    }
+    loop_end(e, &kl);
+
+    LLVMValueRef last = LLVMBuildICmp(e->b, LLVMIntNE, LLVMBuildAnd(e->b, flags, ci64(e, MK_LAST), ""), ci64(e, 0), "");
+    LLVMBuildCondBr(e->b, last, out, keep);
+    LLVMPositionBuilderAtEnd(e->b, keep);
+    for (int i = 0; i < fa; i++)
+        for (int j = 0; j < tb; j++)
+            tile_mem(e, &a, 1, i * tb + j, gep(e, e->f32, part, ci64(e, 16 * i * 32 + 16 * j)), pstride);
+    LLVMBuildRetVoid(e->b);
+
+    LLVMPositionBuilderAtEnd(e->b, out);
+    for (int c = 0; c < nc; c++) tile_mem(e, &a, 1, c, gep(e, e->f32, cs, ci64(e, c * 256)), ci64(e, 64));
+    /* C[i][j] is features × tokens: transposed into ct's token rows, feature tile i at 16·i */
+    for (int i = 0; i < fa; i++)
+        for (int j = 0; j < tb; j++) {
+            LLVMValueRef v[16];
+            for (int r = 0; r < 16; r++) v[r] = load(e, e->vf, gep(e, e->f32, cs, ci64(e, (i * tb + j) * 256 + 16 * r)), 64);
+            transpose_square(e, v, 16);
+            for (int c = 0; c < 16; c++) store(e, v[c], gep(e, e->f32, ct, ci64(e, amx_token(16 * tb, j, c) * ctw + 16 * i)), 64);
+        }
+    /* the epilogue, one token row at a time: only the block's valid tokens are stored */
+    loop rl;
+    loop_begin(e, fn, &rl, ci64(e, 0), LLVMGetParam(fn, AB_MROWS), ci64(e, 1));
+    LLVMValueRef vals[4];
+    LLVMValueRef crow = gep(e, e->f32, ct, LLVMBuildMul(e->b, rl.iv, ci64(e, ctw), ""));
+    for (int i = 0; i < fa; i++) vals[i] = load(e, e->vf, gep(e, e->f32, crow, ci64(e, 16 * i)), 64);
+    LLVMValueRef yrow = gep(e, e->yty, LLVMGetParam(fn, AB_Y), LLVMBuildMul(e->b, rl.iv, ci64(e, e->l->n), ""));
+    LLVMBasicBlockRef next = LLVMAppendBasicBlockInContext(e->c, fn, "row.next");
+    emit_epilogue_at(e, 1, fa, fn, vals, yrow, LLVMGetParam(fn, AB_BK), LLVMGetParam(fn, AB_COLS), LLVMGetParam(fn, AB_VALID), next);
+    LLVMPositionBuilderAtEnd(e->b, next);
+    loop_end(e, &rl);
+    LLVMBuildRetVoid(e->b);
+    return fn;
+}
+
+/* xt's line of token t (block t/32, lane t % 32), and k-steps of kn kept rows */
+static LLVMValueRef amx_xt_block(em *e, LLVMValueRef xt, LLVMValueRef t, int64_t kp)
+{
+    return gep(e, e->i16, xt, LLVMBuildAdd(e->b, LLVMBuildMul(e->b, LLVMBuildSDiv(e->b, t, ci64(e, 32), ""), ci64(e, kp * 32), ""),
+                                           LLVMBuildSRem(e->b, t, ci64(e, 32), ""), ""));
+}
+
+static LLVMValueRef amx_steps(em *e, LLVMValueRef kn)
+{
+    return LLVMBuildLShr(e->b, LLVMBuildAdd(e->b, kn, ci64(e, TJ_AMX_K - 1), ""), ci64(e, 5), "steps");
+}
+
+/* item(xt, y, wp, bk, slot, m0, m1) with AMX tiles (xt: prep's transpose of x):
+ *   ldtilecfg (every tile 16 rows × 64 bytes: this thread's configuration, set per item)
+ *   for each block of mr tokens:
+ *     for each k-chunk of kc kept rows:
+ *       stage the chunk's B panels: pair p of token tile j = the 64-byte lines of xt's kept rows
+ *         2p and 2p + 1, interleaved (VNNI); zero pairs past the chunk's rows
+ *       for each column block of nr features:  amx_<fa>_<tb>(...)   (weights stream from L2)
+ *   tilerelease (the thread leaves no tile state behind: no 8 KB XSAVE area per switch, and the
+ *   core leaves AMX's power state) */
+static tj_status emit_item_amx(em *e, tj_cpu_emit_info *info, tj_error *err)
+{
+    const tj_layer *l = e->l;
+    int mr = e->cfg->mr, nb = e->cfg->nr / 16, tbn = mr / TJ_AMX_ROWS;
+    int64_t kc = tj_cpu_config_kc(e->cfg), kp = (l->k + TJ_AMX_K - 1) / TJ_AMX_K * TJ_AMX_K;
+    int need_nb[5] = {0};
+    int64_t pw = 16, chunked = 0, kmax = 0;
+    for (int64_t t = 0; t < l->ntiles; t++) {
+        int64_t w = tj_tile_width(l, t), rest = w % (16 * nb), nr = tj_tile_nrows(l, t);
+        if (w >= 16 * nb) need_nb[nb] = 1;
+        if (rest) need_nb[(rest + 15) / 16] = 1;
+        if (e->p->ld[t] > pw) pw = e->p->ld[t];
+        if (nr > kc) chunked = 1;
+        if ((nr < kc ? nr : kc) > kmax) kmax = nr < kc ? nr : kc;
+    }
+    int64_t pj = (kmax + TJ_AMX_K - 1) / TJ_AMX_K * TJ_AMX_K / 2 * 32; /* a token tile's panel, bf16 */
+    if (pj == 0) pj = 16 * 32;
+    LLVMTypeRef bp[AB_NARGS] = {e->ptr, e->ptr, e->i64, e->i64, e->ptr, e->i64, e->ptr, e->ptr, e->ptr, e->i64, e->i64,
+                                e->ptr, e->ptr, e->i64, e->ptr, e->i64, e->i64, e->i64};
+    LLVMTypeRef bty = LLVMFunctionType(e->voidt, bp, AB_NARGS, 0);
+    /* every block covers mr tokens (a 32-token block's tokens are spread over both B tiles:
+     * amx_token), so the variants differ in feature tiles only */
+    LLVMValueRef blk[4];
+    for (int i = 1; i <= nb; i++) blk[i - 1] = need_nb[i] ? emit_amx_block(e, i, tbn, mr == 32 ? 32 : 16, pj, bty) : LLVMConstNull(e->ptr);
+    LLVMValueRef blk_tab = const_global(e, "amx", LLVMConstArray2(e->ptr, blk, (uint64_t)nb));
+    /* the tile configuration: palette 1, tiles 0..7 of 16 rows × 64 bytes */
+    uint8_t cfgb[64] = {1};
+    for (int t = 0; t < 8; t++) cfgb[16 + 2 * t] = 64, cfgb[48 + t] = TJ_AMX_ROWS;
+    LLVMValueRef cel[64];
+    for (int i = 0; i < 64; i++) cel[i] = LLVMConstInt(e->i8, cfgb[i], 0);
+    LLVMValueRef g_tcfg = const_global(e, "tilecfg", LLVMConstArray2(e->i8, cel, 64));
+    LLVMTypeRef cfg_ty, rel_ty;
+    LLVMValueRef ldcfg = intrinsic(e, "llvm.x86.ldtilecfg", NULL, 0, &cfg_ty);
+    LLVMValueRef release = intrinsic(e, "llvm.x86.tilerelease", NULL, 0, &rel_ty);
+
+    LLVMTypeRef ps[7] = {e->ptr, e->ptr, e->ptr, e->ptr, e->i64, e->i64, e->i64};
+    LLVMValueRef fn = new_fn(e, info->item_name, LLVMFunctionType(e->voidt, ps, 7, 0), 0);
+    LLVMValueRef xt = LLVMGetParam(fn, 0), y = LLVMGetParam(fn, 1), wp = LLVMGetParam(fn, 2), bk = LLVMGetParam(fn, 3);
+    LLVMValueRef slot = LLVMGetParam(fn, 4), m0 = LLVMGetParam(fn, 5), m1 = LLVMGetParam(fn, 6);
+    LLVMPositionBuilderAtEnd(e->b, LLVMAppendBasicBlockInContext(e->c, fn, "entry"));
+    LLVMValueRef xb = LLVMBuildArrayAlloca(e->b, e->i16, ci64(e, 2 * tbn * pj), "panels");
+    LLVMSetAlignment(xb, 64);
+    LLVMValueRef part = LLVMBuildArrayAlloca(e->b, e->f32, ci64(e, chunked ? pw * 32 : 1), "partial");
+    LLVMSetAlignment(part, 64);
+    LLVMValueRef tv[T_NTAB];
+    for (int i = 0; i < T_NTAB; i++) tv[i] = load(e, e->i64, gep(e, e->i64, e->g_tab[i], slot), 8);
+    LLVMValueRef offs = gep(e, e->i32, e->g_offs, tv[T_ROWBEG]);
+    LLVMValueRef nrows = tv[T_NROWS];
+    LLVMValueRef nch = LLVMBuildSelect(e->b, LLVMBuildICmp(e->b, LLVMIntSGT, nrows, ci64(e, 0), ""),
+                                       LLVMBuildSDiv(e->b, LLVMBuildAdd(e->b, nrows, ci64(e, kc - 1), ""), ci64(e, kc), ""), ci64(e, 1), "nch");
+    LLVMValueRef nrv = ci64(e, 16 * nb);
+    LLVMValueRef nblk = LLVMBuildSDiv(e->b, LLVMBuildAdd(e->b, tv[T_WIDTH], ci64(e, 16 * nb - 1), ""), nrv, "nblk");
+    int tw = mr == 32 ? 32 : 16; /* tokens read per xt line */
+    call(e, cfg_ty, ldcfg, &g_tcfg, 1);
+    /* the first panel (tokens m0, chunk 0); each chunk's blocks then stage the next one */
+    LLVMValueRef kn0 = smin(e, ci64(e, kc), nrows);
+    emit_stage_pairs(e, fn, tw, pj, amx_xt_block(e, xt, m0, kp), offs, kn0, xb, ci64(e, 0),
+                     LLVMBuildMul(e->b, amx_steps(e, kn0), ci64(e, 16), ""));
+    loop tl;
+    loop_begin(e, fn, &tl, m0, m1, ci64(e, mr));
+    LLVMValueRef mrows = smin(e, ci64(e, mr), LLVMBuildSub(e->b, m1, tl.iv, ""));
+    LLVMValueRef yt = gep(e, e->yty, y, LLVMBuildMul(e->b, tl.iv, ci64(e, l->n), ""));
+    loop cl;
+    loop_begin(e, fn, &cl, ci64(e, 0), nch, ci64(e, 1));
+    LLVMValueRef r0 = LLVMBuildMul(e->b, cl.iv, ci64(e, kc), "r0");
+    LLVMValueRef kn = smin(e, ci64(e, kc), LLVMBuildSub(e->b, nrows, r0, ""));
+    LLVMValueRef steps = amx_steps(e, kn);
+    /* panels alternate: this chunk's and the next's (the next chunk, or the next token block's
+     * first) */
+    LLVMValueRef idx = LLVMBuildAdd(e->b, LLVMBuildMul(e->b, LLVMBuildSDiv(e->b, LLVMBuildSub(e->b, tl.iv, m0, ""), ci64(e, mr), ""), nch, ""), cl.iv, "");
+    LLVMValueRef par = LLVMBuildAnd(e->b, idx, ci64(e, 1), "");
+    LLVMValueRef cur = gep(e, e->i16, xb, LLVMBuildMul(e->b, par, ci64(e, tbn * pj), ""));
+    LLVMValueRef nxt = gep(e, e->i16, xb, LLVMBuildMul(e->b, LLVMBuildXor(e->b, par, ci64(e, 1), ""), ci64(e, tbn * pj), ""));
+    LLVMValueRef more_c = LLVMBuildICmp(e->b, LLVMIntSLT, LLVMBuildAdd(e->b, cl.iv, ci64(e, 1), ""), nch, "");
+    LLVMValueRef tl2 = LLVMBuildSelect(e->b, more_c, tl.iv, LLVMBuildAdd(e->b, tl.iv, ci64(e, mr), ""), "");
+    LLVMValueRef r02 = LLVMBuildSelect(e->b, more_c, LLVMBuildAdd(e->b, r0, ci64(e, kc), ""), ci64(e, 0), "");
+    LLVMValueRef kn2 = smin(e, ci64(e, kc), LLVMBuildSub(e->b, nrows, r02, ""));
+    LLVMValueRef has2 = LLVMBuildOr(e->b, more_c, LLVMBuildICmp(e->b, LLVMIntSLT, tl2, m1, ""), "");
+    LLVMValueRef np2 = LLVMBuildSelect(e->b, has2, LLVMBuildMul(e->b, amx_steps(e, kn2), ci64(e, 16), ""), ci64(e, 0), "np2");
+    LLVMValueRef xtb2 = amx_xt_block(e, xt, LLVMBuildSelect(e->b, has2, tl2, m0, ""), kp);
+    LLVMValueRef offs2 = gep(e, e->i32, offs, r02);
+    /* pairs per k-step: the next panel spread over this chunk's k-steps */
+    LLVMValueRef tot = LLVMBuildMul(e->b, nblk, steps, "");
+    LLVMValueRef su = LLVMBuildSelect(e->b, LLVMBuildICmp(e->b, LLVMIntSGT, tot, ci64(e, 0), ""),
+                                      LLVMBuildSDiv(e->b, LLVMBuildAdd(e->b, np2, LLVMBuildSub(e->b, tot, ci64(e, 1), ""), ""),
+                                                    LLVMBuildSelect(e->b, LLVMBuildICmp(e->b, LLVMIntSGT, tot, ci64(e, 0), ""), tot, ci64(e, 1), ""), ""),
+                                      ci64(e, 0), "su");
+    LLVMValueRef flags = LLVMBuildOr(
+        e->b, LLVMBuildZExt(e->b, LLVMBuildICmp(e->b, LLVMIntEQ, cl.iv, ci64(e, 0), ""), e->i64, ""),
+        LLVMBuildShl(e->b, LLVMBuildZExt(e->b, LLVMBuildICmp(e->b, LLVMIntEQ, LLVMBuildAdd(e->b, cl.iv, ci64(e, 1), ""), nch, ""), e->i64, ""),
+                     ci64(e, 1), ""), "flags");
+    loop cb;
+    loop_begin(e, fn, &cb, ci64(e, 0), tv[T_WIDTH], nrv);
+    LLVMValueRef valid = smin(e, nrv, LLVMBuildSub(e->b, tv[T_WIDTH], cb.iv, ""));
+    LLVMValueRef fa = LLVMBuildLShr(e->b, LLVMBuildAdd(e->b, valid, ci64(e, 15), ""), ci64(e, 4), "");
+    LLVMValueRef colstart = LLVMBuildAdd(e->b, tv[T_COLBASE], cb.iv, "");
+    LLVMValueRef bi = LLVMBuildSub(e->b, fa, ci64(e, 1), "");
+    LLVMValueRef args[AB_NARGS];
+    args[AB_XB] = cur;
+    /* feature group cb/16's A tiles (gs apart), from k-step r0/32 */
+    LLVMValueRef gsv = LLVMBuildMul(e->b, tv[T_LDK], ci64(e, 16), "gs");
+    args[AB_W] = gep(e, e->i16, wp, LLVMBuildAdd(e->b, LLVMBuildAdd(e->b, tv[T_WOFF], LLVMBuildMul(e->b, cb.iv, tv[T_LDK], ""), ""),
+                                                LLVMBuildMul(e->b, r0, ci64(e, 16), ""), ""));
+    args[AB_GS] = gsv;
+    args[AB_STEPS] = steps;
+    args[AB_PART] = chunked ? gep(e, e->f32, part, LLVMBuildMul(e->b, cb.iv, ci64(e, 32), "")) : part;
+    args[AB_FLAGS] = flags;
+    args[AB_Y] = l->cols ? yt : gep(e, e->yty, yt, colstart);
+    args[AB_BK] = gep(e, e->f32, bk, colstart);
+    args[AB_COLS] = e->g_cols ? gep(e, e->i32, e->g_cols, colstart) : LLVMConstNull(e->ptr);
+    args[AB_VALID] = valid;
+    args[AB_MROWS] = mrows;
+    args[AB_SXT] = xtb2;
+    args[AB_SOFF] = offs2;
+    args[AB_SKN] = kn2;
+    args[AB_SDST] = nxt;
+    args[AB_SP0] = LLVMBuildMul(e->b, LLVMBuildSDiv(e->b, cb.iv, nrv, ""), LLVMBuildMul(e->b, steps, su, ""), "");
+    args[AB_SP1] = np2;
+    args[AB_SU] = su;
+    LLVMBuildCall2(e->b, bty, load(e, e->ptr, gep(e, e->ptr, blk_tab, bi), 8), args, AB_NARGS, "");
+    loop_end(e, &cb);
+    /* what the blocks left of the next panel */
+    emit_stage_pairs(e, fn, tw, pj, xtb2, offs2, kn2, nxt, smin(e, np2, LLVMBuildMul(e->b, tot, su, "")), np2);
+    loop_end(e, &cl);
+    loop_end(e, &tl);
+    call(e, rel_ty, release, NULL, 0);
+    LLVMBuildRetVoid(e->b);
+    info->rows_emitted = 0;
+    emit_amx_prep(e, info->prep_name, sizeof info->prep_name, 0);
+    emit_amx_prep(e, info->prepf_name, sizeof info->prepf_name, 1);
+    (void)err;
     return TJ_OK;
 }
 
@@ -1290,9 +1994,9 @@ tj_status tj_cpu_emit_module_for(LLVMContextRef llctx, const tj_layer *l, const 
     TJ_TRY(tj_cpu_config_check(cfg, err));
     if (cfg->dtype == TJ_CPU_ACT_BF16 && (cfg->weights != TJ_CPU_WEIGHTS_BF16 || cfg->dot == TJ_CPU_DOT_AUTO))
         return tj_fail(err, TJ_ERR_INTERNAL, "layer '%s': dtype bf16 config not resolved (weights, dot)", l->name);
-    if (plan->pad != cfg->vec)
-        return tj_fail(err, TJ_ERR_INTERNAL, "layer '%s': plan padded to %lld, config vector width %d", l->name,
-                       (long long)plan->pad, cfg->vec);
+    if (plan->pad != cfg->vec || plan->rpad != (cfg->dot == TJ_CPU_DOT_AMX ? TJ_AMX_K : 1))
+        return tj_fail(err, TJ_ERR_INTERNAL, "layer '%s': plan padded to %lld features and %lld rows, not config's", l->name,
+                       (long long)plan->pad, (long long)plan->rpad);
     em e;
     memset(&e, 0, sizeof e);
     e.c = llctx;
@@ -1324,10 +2028,13 @@ tj_status tj_cpu_emit_module_for(LLVMContextRef llctx, const tj_layer *l, const 
     e.xbf = cfg->dtype == TJ_CPU_ACT_BF16;
     e.ybf = cfg->out == TJ_CPU_ACT_BF16;
     e.dp = e.xbf && cfg->dot == TJ_CPU_DOT_DPBF16;
+    e.amx = e.xbf && cfg->dot == TJ_CPU_DOT_AMX;
+    e.compress = e.dp && strstr(e.features, "+avx512vbmi2") && strstr(e.features, "+avx512bw");
     e.xty = e.xbf ? e.i16 : e.f32;
     e.yty = e.ybf ? e.i16 : e.f32;
-    e.xpty = e.dp ? e.i16 : e.f32;
+    e.xpty = e.dp || e.amx ? e.i16 : e.f32;
     e.packed_item = cfg->pack ? cfg->pack : e.xbf;
+    e.pf = blocking_for(cfg->vec)->prefetch;
     e.vptr = LLVMVectorType(e.ptr, (unsigned)e.V);
     LLVMTypeRef mkp[MK_NARGS] = {e.ptr, e.ptr, e.ptr, e.ptr, e.i64, e.i64, e.ptr, e.ptr, e.i64, e.ptr, e.i64, e.i64};
     e.mk_ty = LLVMFunctionType(e.voidt, mkp, MK_NARGS, 0);
@@ -1347,8 +2054,9 @@ tj_status tj_cpu_emit_module_for(LLVMContextRef llctx, const tj_layer *l, const 
     info->bk_elems = l->ncols + e.V;
     info->ewv_elems = l->ew_nnz;
     info->fused_act = e.fused_act;
-    tj_status s = emit_tables(&e, err);
-    if (s == TJ_OK) s = emit_item(&e, info, err);
+    tj_status s = emit_tables(&e, info, err);
+    if (s == TJ_OK && e.compress) s = emit_win_tables(&e, err);
+    if (s == TJ_OK) s = e.amx ? emit_item_amx(&e, info, err) : emit_item(&e, info, err);
     if (s == TJ_OK) s = emit_post(&e, info, err);
     if (s == TJ_OK && e.oom) s = tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "layer '%s': out of memory emitting IR", l->name);
     if (s == TJ_OK) {
@@ -1378,7 +2086,7 @@ tj_status tj_cpu_emit_ir_text(const tj_layer *l, const char *config_json, char *
     if (cfg.weights == TJ_CPU_WEIGHTS_AUTO) cfg.weights = TJ_CPU_WEIGHTS_F32; /* no weights to look at */
     TJ_TRY(tj_cpu_config_check(&cfg, err));
     tj_plan plan;
-    TJ_TRY(tj_plan_build(l, cfg.vec, &plan, err));
+    TJ_TRY(tj_cpu_plan_build(l, &cfg, &plan, err));
     LLVMContextRef c = LLVMContextCreate();
     LLVMModuleRef m = NULL;
     tj_cpu_emit_info info;

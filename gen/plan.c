@@ -34,11 +34,24 @@ static void sort_heaviest_first(const tj_layer *l, int64_t *order)
 
 tj_status tj_plan_build(const tj_layer *l, int64_t pad, tj_plan *out, tj_error *err)
 {
+    return tj_plan_build_rows(l, pad, 1, out, err);
+}
+
+int64_t tj_plan_rows(const tj_plan *p, int64_t t)
+{
+    int64_t r = tj_tile_nrows(p->layer, t);
+    return (r + p->rpad - 1) / p->rpad * p->rpad;
+}
+
+tj_status tj_plan_build_rows(const tj_layer *l, int64_t pad, int64_t rpad, tj_plan *out, tj_error *err)
+{
     memset(out, 0, sizeof *out);
     if (pad <= 0) pad = 1;
+    if (rpad <= 0) rpad = 1;
     int64_t nt = l->ntiles ? l->ntiles : 1;
     out->layer = l;
     out->pad = pad;
+    out->rpad = rpad;
     out->order = malloc((size_t)nt * sizeof *out->order);
     out->off = malloc((size_t)nt * sizeof *out->off);
     out->ld = malloc((size_t)nt * sizeof *out->ld);
@@ -53,7 +66,7 @@ tj_status tj_plan_build(const tj_layer *l, int64_t pad, tj_plan *out, tj_error *
         out->ld[t] = (w + pad - 1) / pad * pad;
         out->off[t] = total;
         int64_t sz;
-        if (!tj_mul_ok(out->ld[t], tj_tile_nrows(l, t), &sz) || !tj_add_ok(total, sz, &total)) {
+        if (!tj_mul_ok(out->ld[t], tj_plan_rows(out, t), &sz) || !tj_add_ok(total, sz, &total)) {
             tj_plan_free(out);
             return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "layer '%s': packed weights too large", l->name);
         }

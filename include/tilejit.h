@@ -83,6 +83,18 @@ typedef enum tj_backend {
     TJ_BACKEND_CUDA       /* NVRTC-compiled kernels on an NVIDIA GPU */
 } tj_backend;
 
+/* The precision a layer computes in: its activations x and weights (the accumulation is fp32
+ * in every case, and y is fp32 through tj_linear). */
+typedef enum tj_precision {
+    TJ_PRECISION_AUTO = 0, /* options only: bf16 where the CPU has avx512_bf16 or AMX-BF16 and the
+                            * layer's weights are BF16 in the checkpoint (exact), else fp32 */
+    TJ_PRECISION_F32,      /* fp32 x; weights as stored (bf16 ones widened exactly) */
+    TJ_PRECISION_BF16,     /* x rounded to bf16 once per call, weights bf16 (fp32 ones rounded at
+                            * load): vdpbf16ps or AMX tiles where the CPU has them, else bf16
+                            * widened to fp32 in registers */
+    TJ_PRECISION_F16       /* fp16 x and weights (the CUDA backend's default) */
+} tj_precision;
+
 typedef enum tj_activation {
     TJ_ACT_NONE = 0,
     TJ_ACT_RELU,
@@ -113,6 +125,8 @@ typedef struct tj_options {
     int device;             /* CUDA device ordinal */
     int verbose;            /* 0 quiet; >0: tj_context_log() collects notes about choices made */
     tj_threading threading; /* where the CPU backend's parallel loops run */
+    tj_precision precision; /* CPU backend: AUTO (default), F32 or BF16; a forced config's "dtype"
+                             * (tj_context_set_config) wins */
 } tj_options;
 
 typedef struct tj_context tj_context;
@@ -176,6 +190,10 @@ TJ_API double tj_model_load_seconds(const tj_model *m);
  * takes the dense path at M, see tj_model_layer_path), or TJ_ERR_UNSUPPORTED when the model's
  * backend does not pick configs per M (then *config is NULL). */
 TJ_API tj_status tj_model_layer_config(tj_model *m, int64_t layer, int64_t M, const char **config);
+/* The precision layer `layer` computes in at batch M (never AUTO): TJ_OK with *out set. */
+TJ_API tj_status tj_model_layer_precision(tj_model *m, int64_t layer, int64_t M, tj_precision *out);
+/* "auto", "f32", "bf16", "f16"; "?" for other values. Static. */
+TJ_API const char *tj_precision_name(tj_precision p);
 
 /* The two ways a layer runs (docs/dense-path.md): the backend's kernel generated for the layer's
  * pattern, or the dense path, a dense library (oneDNN, else OpenBLAS) on the layer's masked

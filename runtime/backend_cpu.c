@@ -62,11 +62,17 @@ void tj_cpu_layer_key(tj_cache_key *k, const tj_layer *l, const tj_cpu_config *c
 
 static tj_status add_object(tj_cpu_jit *jit, tj_cpu_layer *cl, const void *obj, size_t len, tj_error *err)
 {
-    const char *names[2] = {cl->info.item_name, cl->info.post_name};
-    void *addr[2] = {NULL, NULL};
-    TJ_TRY(tj_cpu_jit_add_object(jit, obj, len, names, cl->info.post_name[0] ? 2 : 1, addr, err));
+    const char *names[4] = {cl->info.item_name, NULL, NULL, NULL};
+    void *addr[4] = {NULL, NULL, NULL, NULL};
+    int n = 1, ipost = 0, iprep = 0, iprepf = 0;
+    if (cl->info.post_name[0]) names[ipost = n++] = cl->info.post_name;
+    if (cl->info.prep_name[0]) names[iprep = n++] = cl->info.prep_name;
+    if (cl->info.prepf_name[0]) names[iprepf = n++] = cl->info.prepf_name;
+    TJ_TRY(tj_cpu_jit_add_object(jit, obj, len, names, n, addr, err));
     cl->item = (tj_cpu_item_fn)(uintptr_t)addr[0];
-    cl->post = (tj_cpu_post_fn)(uintptr_t)addr[1];
+    cl->post = ipost ? (tj_cpu_post_fn)(uintptr_t)addr[ipost] : NULL;
+    cl->prep = iprep ? (tj_cpu_prep_fn)(uintptr_t)addr[iprep] : NULL;
+    cl->prepf = iprepf ? (tj_cpu_prep_fn)(uintptr_t)addr[iprepf] : NULL;
     return TJ_OK;
 }
 
@@ -92,6 +98,8 @@ static int load_cached(tj_cpu_jit *jit, tj_cache *cache, const tj_cache_key *key
         memcpy(&cl->info, p + 12, sizeof cl->info);
         cl->info.item_name[sizeof cl->info.item_name - 1] = '\0';
         cl->info.post_name[sizeof cl->info.post_name - 1] = '\0';
+        cl->info.prep_name[sizeof cl->info.prep_name - 1] = '\0';
+        cl->info.prepf_name[sizeof cl->info.prepf_name - 1] = '\0';
         tj_error aerr;
         if (add_object(jit, cl, p + hdr, len - hdr, &aerr) != TJ_OK) ok = 2;
     }
@@ -159,9 +167,11 @@ static tj_status compile_layer(tj_cpu_jit *jit, const tj_layer *l, tj_cpu_layer 
 
 int tj_cpu_layout_same(const tj_cpu_config *a, const tj_cpu_config *b)
 {
-    /* exactly what tj_plan_build (pad) and tj_cpu_pack_weights read */
-    return a->vec == b->vec && a->nr == b->nr && a->weights == b->weights &&
-           (a->dot == TJ_CPU_DOT_DPBF16) == (b->dot == TJ_CPU_DOT_DPBF16);
+    /* exactly what tj_cpu_plan_build (pad, row pad) and tj_cpu_pack_weights read; AMX's tiles
+     * do not depend on nr */
+    int amx = a->dot == TJ_CPU_DOT_AMX;
+    return a->vec == b->vec && (amx || a->nr == b->nr) && a->weights == b->weights &&
+           (a->dot == TJ_CPU_DOT_DPBF16) == (b->dot == TJ_CPU_DOT_DPBF16) && amx == (b->dot == TJ_CPU_DOT_AMX);
 }
 
 static void packed_release(tj_cpu_packed *pk)
@@ -179,6 +189,7 @@ void tj_cpu_layer_free(tj_cpu_layer *cl)
 {
     if (!cl) return;
     packed_release(cl->pk);
+    free(cl->cum);
     free(cl);
 }
 
@@ -233,6 +244,9 @@ tj_status tj_cpu_layer_build_shared(tj_cpu_jit *jit, const tj_layer *l, const tj
     if (s == TJ_OK && cl->cfg.dot == TJ_CPU_DOT_DPBF16 && !tj_cpu_host_bf16()) /* LLVM could not select it */
         s = tj_fail(err, TJ_ERR_UNSUPPORTED, "layer '%s': dot dpbf16 needs avx512_bf16, which this CPU (%s) lacks", l->name,
                     tj_host_cpu_name());
+    if (s == TJ_OK && cl->cfg.dot == TJ_CPU_DOT_AMX && !tj_cpu_host_amx())
+        s = tj_fail(err, TJ_ERR_UNSUPPORTED, "layer '%s': dot amx needs AMX-BF16 and the kernel's permission for its tile state, "
+                    "which this CPU (%s) or system lacks", l->name, tj_host_cpu_name());
     if (s != TJ_OK) goto fail;
     for (int i = 0; i < npeers && !cl->pk; i++)
         if (peers[i] && peers[i]->l == l && peers[i]->pk->src == w->w && tj_cpu_layout_same(&peers[i]->cfg, &cl->cfg)) {
@@ -249,7 +263,7 @@ tj_status tj_cpu_layer_build_shared(tj_cpu_jit *jit, const tj_layer *l, const tj
         cl->pk->cfg = cl->cfg;
         cl->pk->src = w->w;
         cl->packed_here = 1;
-        s = tj_plan_build(l, cl->cfg.vec, &cl->pk->plan, err);
+        s = tj_cpu_plan_build(l, &cl->cfg, &cl->pk->plan, err);
         if (s != TJ_OK) goto fail;
     }
 
@@ -257,6 +271,24 @@ tj_status tj_cpu_layer_build_shared(tj_cpu_jit *jit, const tj_layer *l, const tj
     s = compile_layer(jit, l, cl, prefix, err);
     cl->compile_seconds = tj_now() - t0 - cl->emit_seconds;
     if (s != TJ_OK) goto fail;
+    /* the pieces' costs, for splitting decode-sized calls between threads */
+    int64_t np = tj_cpu_pieces(&cl->pk->plan, &cl->cfg, NULL);
+    tj_cpu_piece *pc = malloc((size_t)(np ? np : 1) * sizeof *pc);
+    cl->cum = malloc((size_t)(np + 1) * sizeof *cl->cum);
+    if (!pc || !cl->cum) {
+        free(pc);
+        s = tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory");
+        goto fail;
+    }
+    tj_cpu_pieces(&cl->pk->plan, &cl->cfg, pc);
+    cl->cum[0] = 0;
+    for (int64_t i = 0; i < np; i++) cl->cum[i + 1] = cl->cum[i] + pc[i].cost;
+    free(pc);
+    if (np != cl->info.nslots) { /* a cached object from another piece rule */
+        s = tj_fail(err, TJ_ERR_INTERNAL, "layer '%s': the kernel has %lld work pieces, the plan %lld", l->name,
+                    (long long)cl->info.nslots, (long long)np);
+        goto fail;
+    }
     if (cl->packed_here) {
         t0 = tj_now();
         s = pack(cl->pk, l, w, cl->info.bk_elems, err);
@@ -275,10 +307,34 @@ fail:
 
 typedef struct run_args {
     const tj_cpu_layer *cl;
-    const void *x;
+    tj_cpu_prep_fn prep;
+    const void *x;   /* the caller's x: post and prep read it */
+    const void *xin; /* what the items read: x, or prep's transpose of it */
+    void *xt;
+    atomic_int *ready; /* per 32-token block of xt: 0 not staged, 1 being staged, 2 ready */
     void *y;
-    int64_t m, nchunks, chunk;
+    int64_t m, nchunks, chunk, nshares;
 } run_args;
+
+/* Transposes xt's 32-token block b unless another thread has (or is doing it: wait for it).
+ * The first item that needs a block stages it, so the prep overlaps the items of other blocks
+ * on other threads and costs no pool dispatch of its own. */
+static void xt_block_ready(const run_args *a, int64_t b)
+{
+    int st = atomic_load_explicit(&a->ready[b], memory_order_acquire);
+    if (st == 2) return;
+    int expect = 0;
+    if (st == 0 && atomic_compare_exchange_strong_explicit(&a->ready[b], &expect, 1, memory_order_acq_rel, memory_order_acquire)) {
+        a->prep(a->x, a->xt, 32 * b, 32 * b + 32 < a->m ? 32 * b + 32 : a->m);
+        atomic_store_explicit(&a->ready[b], 2, memory_order_release);
+        return;
+    }
+    while (atomic_load_explicit(&a->ready[b], memory_order_acquire) != 2) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+    }
+}
 
 /* Chunk-major items (order 1): position p of a chunk runs slot 2p for the first half, 2p' + 1
  * after, so the items two threads run at once are about ntiles/2 slots apart, not neighbours.
@@ -294,11 +350,39 @@ static int64_t spread_slot(int64_t p, int64_t ntiles)
 static void run_item(void *vp, int64_t i)
 {
     const run_args *a = vp;
-    int64_t ntiles = a->cl->l->ntiles;
+    int64_t ntiles = a->cl->info.nslots;
     int64_t slot = a->cl->cfg.order ? spread_slot(i % ntiles, ntiles) : i / a->nchunks,
             c = a->cl->cfg.order ? i / ntiles : i % a->nchunks;
     int64_t m0 = c * a->chunk, m1 = m0 + a->chunk < a->m ? m0 + a->chunk : a->m;
-    a->cl->item(a->x, a->y, a->cl->pk->wp, a->cl->pk->bk, slot, m0, m1);
+    if (a->ready)
+        for (int64_t b = m0 / 32; b * 32 < m1; b++) xt_block_ready(a, b);
+    a->cl->item(a->xin, a->y, a->cl->pk->wp, a->cl->pk->bk, slot, m0, m1);
+}
+
+/* The first piece of share j of n: where the cumulative cost reaches j/n of the total. */
+static int64_t share_begin(const int64_t *cum, int64_t npieces, int64_t j, int64_t n)
+{
+    if (j >= n) return npieces;
+    double at = (double)cum[npieces] * (double)j / (double)n;
+    int64_t lo = 0, hi = npieces; /* first s with cum[s] ≥ at */
+    while (lo < hi) {
+        int64_t mid = (lo + hi) / 2;
+        if ((double)cum[mid] < at) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+/* Share j of a decode-sized call: a contiguous run of pieces, all tokens. */
+static void run_share(void *vp, int64_t j)
+{
+    const run_args *a = vp;
+    const tj_cpu_layer *cl = a->cl;
+    int64_t s1 = share_begin(cl->cum, cl->info.nslots, j + 1, a->nshares);
+    if (a->ready)
+        for (int64_t b = 0; b * 32 < a->m; b++) xt_block_ready(a, b);
+    for (int64_t s = share_begin(cl->cum, cl->info.nslots, j, a->nshares); s < s1; s++)
+        cl->item(a->xin, a->y, cl->pk->wp, cl->pk->bk, s, 0, a->m);
 }
 
 static void run_post(void *vp, int64_t i)
@@ -308,18 +392,58 @@ static void run_post(void *vp, int64_t i)
     a->cl->post(a->x, a->y, a->cl->pk->ewv, a->cl->pk->bias, m0, m1);
 }
 
-void tj_cpu_layer_run(const tj_cpu_layer *cl, tj_pool *pool, int threads, const void *x, int64_t m, void *y)
+enum { SCRATCH_HOST, SCRATCH_XT, SCRATCH_SLOTS };
+static void *scratch_get(int slot, size_t n, void **own);
+
+/* x fp32 (x_f32, with cl->prepf: the prep rounds it) or as cfg.dtype says */
+static tj_status layer_run(const tj_cpu_layer *cl, tj_pool *pool, int threads, const void *x, int x_f32, int64_t m, void *y)
 {
-    if (m <= 0) return;
+    if (m <= 0) return TJ_OK;
     /* small calls on the calling thread alone: never slower on N threads than on 1 */
     if (tj_cpu_serial_call(cl->cfg.serial, m, cl->kept)) threads = 1;
-    run_args a = {cl, x, y, m, 0, cl->mb};
+    run_args a = {.cl = cl, .prep = x_f32 ? cl->prepf : cl->prep, .x = x, .xin = x, .y = y, .m = m, .chunk = cl->mb};
+    void *own = NULL;
+    if (a.prep) { /* dot amx: x transposed once into the caller's scratch, read by every tile */
+        int64_t nblk = (m + 31) / 32;
+        size_t xtb = ((size_t)tj_cpu_xt_elems(cl->l, m) * 2 + 63) & ~(size_t)63;
+        char *buf = scratch_get(SCRATCH_XT, xtb + (size_t)nblk * sizeof(atomic_int), &own);
+        if (!buf) return TJ_ERR_OUT_OF_MEMORY;
+        a.xt = buf;
+        a.xin = a.xt;
+        a.ready = (atomic_int *)(buf + xtb);
+        for (int64_t b = 0; b < nblk; b++) atomic_init(&a.ready[b], 0);
+    }
     a.nchunks = (m + a.chunk - 1) / a.chunk;
-    tj_pool_run(pool, threads, cl->l->ntiles * a.nchunks, run_item, &a);
+    int64_t nt = threads > 0 ? threads : tj_pool_threads(pool);
+    if (a.nchunks == 1 && nt > 1) {
+        /* one token chunk (decode, small batches): each thread takes an equal-cost run of
+         * pieces, the same run every call, so it streams only its share of the weights and a
+         * share that fits its core's cache stays there between calls (claiming pieces one by
+         * one would mix them between the cores' caches) */
+        a.nshares = nt < cl->info.nslots ? nt : cl->info.nslots;
+        tj_pool_run(pool, (int)a.nshares, a.nshares, run_share, &a);
+    } else {
+        tj_pool_run(pool, threads, cl->info.nslots * a.nchunks, run_item, &a);
+    }
     if (cl->post) {
         a.chunk = 16;
         tj_pool_run(pool, threads, (m + a.chunk - 1) / a.chunk, run_post, &a);
     }
+    free(own);
+    return TJ_OK;
+}
+
+tj_status tj_cpu_layer_run(const tj_cpu_layer *cl, tj_pool *pool, int threads, const void *x, int64_t m, void *y)
+{
+    return layer_run(cl, pool, threads, x, 0, m, y);
+}
+
+int tj_cpu_layer_takes_f32(const tj_cpu_layer *cl) { return cl->prepf && cl->l->ew_nnz == 0; /* only ew reads x in post */ }
+
+tj_status tj_cpu_layer_run_f32(const tj_cpu_layer *cl, tj_pool *pool, int threads, const float *x, int64_t m, void *y)
+{
+    if (!tj_cpu_layer_takes_f32(cl)) return TJ_ERR_INTERNAL;
+    return layer_run(cl, pool, threads, x, 1, m, y);
 }
 
 /* ---------------------------------------------------------------- per-thread scratch */
@@ -330,8 +454,8 @@ void tj_cpu_layer_run(const tj_cpu_layer *cl, tj_pool *pool, int threads, const 
  * context (tj_cpu_context_release) and, for the calling thread, when the library is unloaded.
  * Pool workers never touch it: the caller waits for them. */
 typedef struct scratch {
-    void *p;
-    size_t cap;
+    void *p[SCRATCH_SLOTS]; /* SCRATCH_HOST: bf16 x and y of cpu_linear; SCRATCH_XT: xt of a call */
+    size_t cap[SCRATCH_SLOTS];
 } scratch;
 
 static pthread_key_t scratch_key;
@@ -342,7 +466,7 @@ static void scratch_destroy(void *vp)
 {
     scratch *sc = vp;
     if (!sc) return;
-    free(sc->p);
+    for (int i = 0; i < SCRATCH_SLOTS; i++) free(sc->p[i]);
     free(sc);
 }
 
@@ -358,15 +482,15 @@ __attribute__((destructor)) static void scratch_unload(void)
     pthread_key_delete(scratch_key);
 }
 
-/* n bytes of the calling thread's scratch, 64-byte aligned; without a usable key a fresh buffer
- * the caller frees (*own). NULL when out of memory. */
-static void *scratch_get(size_t n, void **own)
+/* n bytes of the calling thread's scratch buffer `slot`, 64-byte aligned; without a usable key
+ * a fresh buffer the caller frees (*own). NULL when out of memory. */
+static void *scratch_get(int slot, size_t n, void **own)
 {
     *own = NULL;
     pthread_once(&scratch_once, scratch_init);
     if (atomic_load(&scratch_state) != 1) return *own = aligned_alloc(64, (n + 63) & ~(size_t)63);
     scratch *sc = pthread_getspecific(scratch_key);
-    if (sc && sc->cap >= n) return sc->p;
+    if (sc && sc->cap[slot] >= n) return sc->p[slot];
     if (!sc) {
         if (!(sc = calloc(1, sizeof *sc))) return NULL;
         if (pthread_setspecific(scratch_key, sc) != 0) {
@@ -374,19 +498,21 @@ static void *scratch_get(size_t n, void **own)
             return NULL;
         }
     }
-    size_t cap = sc->cap + sc->cap / 2 > n ? sc->cap + sc->cap / 2 : n; /* M often grows in steps */
+    size_t cap = sc->cap[slot] + sc->cap[slot] / 2 > n ? sc->cap[slot] + sc->cap[slot] / 2 : n; /* M often grows in steps */
     cap = (cap + 63) & ~(size_t)63;
-    free(sc->p);
-    sc->p = aligned_alloc(64, cap);
-    sc->cap = sc->p ? cap : 0;
-    return sc->p;
+    free(sc->p[slot]);
+    sc->p[slot] = aligned_alloc(64, cap);
+    sc->cap[slot] = sc->p[slot] ? cap : 0;
+    return sc->p[slot];
 }
 
 size_t tj_cpu_thread_scratch_bytes(void)
 {
     if (atomic_load(&scratch_state) != 1) return 0;
     const scratch *sc = pthread_getspecific(scratch_key);
-    return sc ? sc->cap : 0;
+    size_t n = 0;
+    for (int i = 0; sc && i < SCRATCH_SLOTS; i++) n += sc->cap[i];
+    return n;
 }
 
 void tj_cpu_thread_scratch_release(void)
@@ -511,9 +637,15 @@ static tj_status cpu_load(tj_model *m, tj_error *err)
     int64_t hits = 0;
     int64_t nvars = 0, packings = 0;
     double packed_bytes = 0;
+    /* precision: bf16 x where asked, or by default where the CPU has bf16 instructions and the
+     * checkpoint is bf16 (no rounding of weights: only x is rounded); a config's "dtype" wins */
+    tj_precision prec = m->ctx->opt.precision;
+    int host_bf16 = tj_cpu_host_bf16() || tj_cpu_host_amx();
+    int64_t nbf16 = 0;
     for (int64_t i = 0; i < n; i++) {
         const tj_layer *l = &m->pattern->layers[i];
         cpu_layer_set *ls = &cm->layers[i];
+        int want_bf16 = prec == TJ_PRECISION_BF16 || (prec == TJ_PRECISION_AUTO && host_bf16 && m->lw[i].wdt == TJ_BF16);
         const char *json0 = tj_context_config_for(m->ctx, "cpu", tj_host_cpu_name(), "x86_64", l, 0);
         for (int b = 0; b < NB; b++) {
             int64_t mt = 0;
@@ -522,7 +654,11 @@ static tj_status cpu_load(tj_model *m, tj_error *err)
             if (b < NB - 1 && mt == 0) json = json0;
             tj_cpu_config cfg;
             TJ_TRY(tj_cpu_config_from_json(json, &cfg, err));
-            tj_cpu_config_resolve(&cfg, l);
+            if (want_bf16 && !tj_cpu_config_json_has(json, "dtype")) {
+                cfg.dtype = TJ_CPU_ACT_BF16;
+                if (!tj_cpu_config_json_has(json, "dot")) cfg.dot = TJ_CPU_DOT_AUTO;
+            }
+            tj_cpu_config_resolve_m(&cfg, l, b < NB - 1 ? (int64_t)1 << b : 0); /* the bucket's largest M */
             char *cj = tj_cpu_config_to_json(&cfg);
             if (!cj) return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory");
             int v = 0;
@@ -548,6 +684,7 @@ static tj_status cpu_load(tj_model *m, tj_error *err)
                 packed_bytes += (double)ls->var[v]->pk->wp_bytes;
             }
         }
+        nbf16 += ls->var[ls->pick[NB - 1]]->cfg.dtype == TJ_CPU_ACT_BF16;
         if (ls->nvar > 1) {
             char buf[2048];
             size_t o = 0;
@@ -561,6 +698,9 @@ static tj_status cpu_load(tj_model *m, tj_error *err)
             tj_context_note(m->ctx, "cpu: layer '%s' dispatches per M: %s", l->name, buf);
         }
     }
+    tj_context_note(m->ctx, "cpu: precision %s: %lld of %lld layers compute in bf16 (%s), the rest in fp32",
+                    tj_precision_name(prec), (long long)nbf16, (long long)n,
+                    tj_cpu_host_amx() ? "AMX tiles, vdpbf16ps up to M = 8" : tj_cpu_host_bf16() ? "vdpbf16ps" : "bf16 widened to fp32");
     tj_context_note(m->ctx,
                     "cpu: %lld layers (%lld kernels) for %s in %.3f s: emit %.3f s, optimise+JIT %.3f s (%lld from the "
                     "kernel cache), packing weights %.3f s (packed layouts %lld, %.1f MB)",
@@ -577,21 +717,24 @@ static tj_status cpu_linear(tj_model *m, int64_t layer, const tj_linear_args *a,
     const cpu_layer_set *ls = &cm->layers[layer];
     const tj_cpu_layer *cl = ls->var[ls->pick[bucket_of(a->m)]];
     if (!cl->cfg.dtype && !cl->cfg.out) {
-        tj_cpu_layer_run(cl, cm->pool, 0, a->x32, a->m, a->y32);
+        if (tj_cpu_layer_run(cl, cm->pool, 0, a->x32, a->m, a->y32) != TJ_OK)
+            return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "layer '%s': out of memory for the call's scratch", cl->l->name);
         return TJ_OK;
     }
     /* a bf16 kernel behind the fp32 host interface: round x once, widen y back, in the calling
      * thread's scratch */
     size_t nx = (size_t)(a->m * cl->l->k), ny = (size_t)(a->m * cl->l->n);
-    size_t xbytes = cl->cfg.dtype ? (nx * 2 + 2 + 63) & ~(size_t)63 : 0, ybytes = cl->cfg.out ? ny * 2 + 2 : 0;
+    int x_f32 = tj_cpu_layer_takes_f32(cl); /* the AMX prep rounds fp32 x itself */
+    size_t xbytes = cl->cfg.dtype && !x_f32 ? (nx * 2 + 2 + 63) & ~(size_t)63 : 0, ybytes = cl->cfg.out ? ny * 2 + 2 : 0;
     void *own;
-    char *buf = scratch_get(xbytes + ybytes, &own);
+    char *buf = scratch_get(SCRATCH_HOST, xbytes + ybytes, &own);
     if (!buf) return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory");
-    uint16_t *xb = cl->cfg.dtype ? (uint16_t *)buf : NULL, *yb = cl->cfg.out ? (uint16_t *)(buf + xbytes) : NULL;
+    uint16_t *xb = xbytes ? (uint16_t *)buf : NULL, *yb = cl->cfg.out ? (uint16_t *)(buf + xbytes) : NULL;
     if (xb) tj_convert_from_f32(a->x32, (int64_t)nx, TJ_BF16, xb);
-    tj_cpu_layer_run(cl, cm->pool, 0, xb ? (const void *)xb : a->x32, a->m, yb ? (void *)yb : a->y32);
-    if (yb) tj_convert_to_f32(yb, TJ_BF16, (int64_t)ny, a->y32);
+    tj_status s = layer_run(cl, cm->pool, 0, xb ? (const void *)xb : a->x32, x_f32, a->m, yb ? (void *)yb : a->y32);
+    if (s == TJ_OK && yb) tj_convert_to_f32(yb, TJ_BF16, (int64_t)ny, a->y32);
     free(own);
+    if (s != TJ_OK) return tj_fail(err, s, "layer '%s': out of memory for the call's scratch", cl->l->name);
     return TJ_OK;
 }
 

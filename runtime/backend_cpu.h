@@ -18,6 +18,7 @@ typedef void (*tj_cpu_item_fn)(const void *x, void *y, const void *wp, const flo
                                int64_t m0, int64_t m1);
 typedef void (*tj_cpu_post_fn)(const void *x, void *y, const float *ewv, const float *bias, int64_t m0,
                                int64_t m1);
+typedef void (*tj_cpu_prep_fn)(const void *x, void *xt, int64_t m0, int64_t m1);
 
 /* A layer's packed weights in one layout, with its bias and ew values: built once and shared
  * by every variant (per-M config) of the layer whose config packs the same way
@@ -37,8 +38,9 @@ typedef struct tj_cpu_packed {
 } tj_cpu_packed;
 
 /* 1 when configs a and b (resolved) give the same packed layout: the same plan padding (vec),
- * column blocks (nr), stored type (weights) and row pairing (dot dpbf16). Whatever else differs
- * (mr, unroll, offsets, mb, kc, pack, order, serial, dtype, out) only changes the code. */
+ * column blocks (nr; not for dot amx's 1 KB tiles), stored type (weights) and row pairing (dot
+ * dpbf16) or AMX tiles (dot amx). Whatever else differs (mr, unroll, offsets, mb, kc, pack,
+ * order, serial, dtype, out) only changes the code. */
 int tj_cpu_layout_same(const tj_cpu_config *a, const tj_cpu_config *b);
 
 /* One compiled layer: its config, the packed weights it reads (possibly shared) and the JIT'ed
@@ -50,7 +52,10 @@ typedef struct tj_cpu_layer {
     tj_cpu_emit_info info;
     tj_cpu_item_fn item;
     tj_cpu_post_fn post;
+    tj_cpu_prep_fn prep;  /* dot amx: x → its transpose, before the items; else NULL */
+    tj_cpu_prep_fn prepf; /* the same from fp32 x (rounded to bf16 on the way); else NULL */
     int64_t mb;           /* tokens per work item */
+    int64_t *cum;         /* cumulative cost of the work pieces (tj_cpu_pieces), info.nslots + 1 */
     int64_t kept;         /* kept weights (tj_layer_kept), for the serial rule */
     double emit_seconds, compile_seconds, pack_seconds;
     int from_cache;       /* the object came from the on-disk cache (no emit, no LLVM codegen) */
@@ -76,9 +81,17 @@ void tj_cpu_layer_free(tj_cpu_layer *cl);
 void tj_cpu_layer_key(tj_cache_key *k, const tj_layer *l, const tj_cpu_config *cfg, const char *prefix);
 /* y [m × n] = layer(x [m × k]), row-major, on at most `threads` threads of pool (NULL pool or
  * threads 1: the calling thread). x is fp32, or raw bf16 with cfg.dtype bf16; y fp32, or bf16
- * with cfg.out bf16. Results do not depend on the thread count. */
-void tj_cpu_layer_run(const tj_cpu_layer *cl, tj_pool *pool, int threads, const void *x, int64_t m,
-                      void *y);
+ * with cfg.out bf16. Results do not depend on the thread count. A layer with a prep pass (dot
+ * amx) transposes x into the calling thread's scratch first: TJ_ERR_OUT_OF_MEMORY when that
+ * cannot grow (y untouched); else TJ_OK. */
+tj_status tj_cpu_layer_run(const tj_cpu_layer *cl, tj_pool *pool, int threads, const void *x, int64_t m,
+                           void *y);
+/* 1 when a bf16 layer also takes fp32 x (rounded to bf16 in its prep pass: dot amx without ew
+ * entries, which its post pass would read as bf16). */
+int tj_cpu_layer_takes_f32(const tj_cpu_layer *cl);
+/* tj_cpu_layer_run with fp32 x for such a layer (TJ_ERR_INTERNAL for others). */
+tj_status tj_cpu_layer_run_f32(const tj_cpu_layer *cl, tj_pool *pool, int threads, const float *x, int64_t m,
+                               void *y);
 
 /* The context's pool, created on first use under c->lock: the kind c->threading resolved to,
  * opt.threads threads (0: all cores for own threads, the host's count for OpenMP). */

@@ -86,6 +86,10 @@ tj_status tj_context_create(const tj_options *opt, tj_context **out)
         s = tj_fail(&err, TJ_ERR_INVALID_ARGUMENT, "tj_options.size is %zu: start from tj_options_default()", opt->size);
         goto fail;
     }
+    if ((int)c->opt.precision < TJ_PRECISION_AUTO || (int)c->opt.precision > TJ_PRECISION_BF16) {
+        s = tj_fail(&err, TJ_ERR_INVALID_ARGUMENT, "precision %d is not TJ_PRECISION_AUTO, _F32 or _BF16", (int)c->opt.precision);
+        goto fail;
+    }
     if (c->opt.threads < 0) {
         s = tj_fail(&err, TJ_ERR_INVALID_ARGUMENT, "threads must be >= 0 (got %d)", c->opt.threads);
         goto fail;

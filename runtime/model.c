@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "runtime/model.h"
 #include "tuning/tuning.h"
 
@@ -188,6 +190,33 @@ tj_status tj_model_layer_path(const tj_model *m, int64_t layer, int64_t M, tj_pa
     *path = d ? TJ_PATH_DENSE : TJ_PATH_KERNEL;
     if (library) *library = d ? tj_dense_layer_name(d) : "kernel";
     if (why) *why = m->paths ? tj_paths_why(m->paths, layer, M) : "kernel: this backend has no dense path";
+    return TJ_OK;
+}
+
+const char *tj_precision_name(tj_precision p)
+{
+    switch (p) {
+    case TJ_PRECISION_AUTO: return "auto";
+    case TJ_PRECISION_F32: return "f32";
+    case TJ_PRECISION_BF16: return "bf16";
+    case TJ_PRECISION_F16: return "f16";
+    default: return "?";
+    }
+}
+
+tj_status tj_model_layer_precision(tj_model *m, int64_t layer, int64_t M, tj_precision *out)
+{
+    if (out) *out = TJ_PRECISION_F32;
+    if (!m || !out || layer < 0 || layer >= m->pattern->nlayers) return TJ_ERR_INVALID_ARGUMENT;
+    if (!m->ctx->ops->config_at) return TJ_OK; /* the reference: fp32 */
+    /* the config's "dtype" names it (the CPU's x, the CUDA kernels' inputs); without one, the
+     * backend's default: fp32 on the CPU, fp16 on the GPU */
+    const char *cfg = m->ctx->ops->config_at(m, layer, M);
+    json_t *o = cfg ? json_loads(cfg, 0, NULL) : NULL;
+    const char *d = json_string_value(json_object_get(o, "dtype"));
+    if (!d) *out = m->ctx->ops->kind == TJ_BACKEND_CUDA ? TJ_PRECISION_F16 : TJ_PRECISION_F32;
+    else *out = strcmp(d, "bf16") == 0 ? TJ_PRECISION_BF16 : strcmp(d, "f16") == 0 ? TJ_PRECISION_F16 : TJ_PRECISION_F32;
+    json_decref(o);
     return TJ_OK;
 }
 

@@ -172,6 +172,68 @@ static void test_cases(tj_cpu_jit *jit, tj_pool *pool)
     }
 }
 
+/* ---- 2b. decode-sized calls: the per-thread shares of work pieces (one token chunk, M ≤ mb),
+ * exact token blocks for M ≤ 8, the k-blocking "auto" resolves to on long tiles, pieces narrower
+ * than a column block; every M from 1 to 9 and around the chunk size, on 1, 2 and 4 threads,
+ * each against the reference and bit for bit the single-thread result */
+static void test_decode_splits(tj_cpu_jit *jit, tj_pool *pool)
+{
+    static const wcase cases[] = {
+        {"long k", 150, 5800, 64, 0.5, 1, 0, 0, TJ_ACT_NONE, TJ_F32, 1},   /* 2900 kept rows a tile */
+        {"k < kc", 333, 100, 128, 0.5, 1, 0, 0, TJ_ACT_GELU, TJ_F32, 1},
+        {"g 100", 300, 257, 100, 0.75, 1, 0, 0, TJ_ACT_RELU, TJ_F32, 0},   /* pieces 64 + 36 wide */
+        {"cols empty", 203, 190, 32, 0.6, 2, 0, 0.4, TJ_ACT_NONE, TJ_F32, 1}, /* scatter, empty tiles */
+        {"ew", 130, 300, 64, 0.75, 1, 0.02, 0, TJ_ACT_GELU, TJ_BF16, 1},
+        {"one tile", 20, 40, 20, 0.5, 1, 0, 0, TJ_ACT_NONE, TJ_F32, 1},   /* one piece, 2 threads */
+    };
+    static const int64_t ms[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 95, 96, 97};
+    static const int threads[] = {2, 0}; /* 0: the pool's 4 */
+    int vec = tj_cpu_host_vec(), id = 0;
+    tj_cpu_config def = tj_cpu_config_default(), wide = def, kc5 = def, avx2 = tj_cpu_config_default_vec(8);
+    wide.mr = vec >= 16 ? 12 : 4; /* token tails 9..11 run 8 + the rest */
+    wide.nr = vec >= 16 ? 32 : 2 * vec;
+    kc5.kc = 5;
+    avx2.vec = 8; /* the AVX2 defaults (blocking table row 8) also on an AVX-512 host */
+    const tj_cpu_config *cfgs[4] = {&def, &wide, &kc5, &avx2};
+    for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
+        layer_data d;
+        if (!make_layer(&cases[ci], 300 + ci, &d)) { CHECK(0); continue; }
+        for (int k = 0; k < (vec >= 8 ? 4 : 3); k++) {
+            char pre[32], buf[300];
+            snprintf(pre, sizeof pre, "ds%d", id++);
+            tj_cpu_layer *cl = build(jit, &d, cfgs[k], pre);
+            if (!cl) continue;
+            /* the pieces cover every kept column once, and the kernel has as many slots */
+            int64_t np = tj_cpu_pieces(&cl->pk->plan, &cl->cfg, NULL), cols = 0;
+            tj_cpu_piece *pc = malloc((size_t)np * sizeof *pc);
+            tj_cpu_pieces(&cl->pk->plan, &cl->cfg, pc);
+            for (int64_t i = 0; i < np; i++) cols += pc[i].width;
+            CHECKF(np == cl->info.nslots && cols == d.l.ncols && cl->cum[np] > 0, "%s: %lld pieces, %lld slots, %lld columns",
+                   cases[ci].what, (long long)np, (long long)cl->info.nslots, (long long)cols);
+            free(pc);
+            if (k == 0 || k == 3) /* kc auto: the blocking table's chunks on long tiles only */
+                CHECKF((cl->cfg.kc > 0) == (ci == 0 && vec >= 8), "%s: kc resolved to %d", cases[ci].what, cl->cfg.kc);
+            for (size_t mi = 0; mi < sizeof ms / sizeof *ms; mi++) {
+                float *y1 = NULL;
+                double e1 = run_one(cl, pool, &d, ms[mi], 1, 900 + mi, &y1);
+                CHECKF(e1 <= TOL, "%s %s M=%lld 1 thread: relerr %g", cases[ci].what, cfg_str(&cl->cfg, buf, sizeof buf),
+                       (long long)ms[mi], e1);
+                for (size_t ti = 0; ti < sizeof threads / sizeof *threads; ti++) {
+                    float *yt = NULL;
+                    double et = run_one(cl, pool, &d, ms[mi], threads[ti], 900 + mi, &yt);
+                    CHECKF(et <= TOL && y1 && yt && memcmp(y1, yt, (size_t)(ms[mi] * d.l.n) * sizeof *y1) == 0,
+                           "%s %s M=%lld threads %d: relerr %g, or not bit for bit the 1-thread result", cases[ci].what,
+                           cfg_str(&cl->cfg, buf, sizeof buf), (long long)ms[mi], threads[ti], et);
+                    free(yt);
+                }
+                free(y1);
+            }
+            tj_cpu_layer_free(cl);
+        }
+        free_layer(&d);
+    }
+}
+
 /* ---- 3. threads give bit-identical results */
 static void test_threads_identical(tj_cpu_jit *jit, tj_pool *pool)
 {
@@ -276,6 +338,12 @@ static void *api_hammer(void *vp)
         if (tj_linear(a->m, l->name, &xt, &yt, NULL) != TJ_OK) a->fails++;
         tj_reference_linear(l, &d->lw, x, m, ref);
         double e = tj_test_all_finite(y, m * l->n) ? tj_test_relerr(y, ref, m * l->n) : 1e9;
+        /* bf16 weights compute in bf16 by default where the CPU has bf16 instructions: its bound */
+        tj_precision pr = TJ_PRECISION_F32;
+        int64_t li = 0;
+        tj_model_find_layer(a->m, l->name, &li);
+        tj_model_layer_precision(a->m, li, m, &pr);
+        if (pr == TJ_PRECISION_BF16) e *= TOL / tj_check_bound(TJ_BF16);
         if (e > a->err) a->err = e;
         free(x);
         free(y);
@@ -603,6 +671,7 @@ int main(void)
     test_config_and_ir();
     test_configs(jit, pool);
     test_cases(jit, pool);
+    test_decode_splits(jit, pool);
     test_threads_identical(jit, pool);
     test_concurrent(jit, pool);
     test_public_api();

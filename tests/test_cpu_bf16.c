@@ -1,8 +1,11 @@
 /* Suite 'cpu': bf16 activations on the CPU backend. Every dtype-bf16 config of the tuner's space
- * that the host can run, against the reference on fresh random data; the vdpbf16ps kernel
- * emitted for Sapphire Rapids and its object code disassembled (runs on any x86-64 host).
- *   test_cpu_bf16            fma configs + codegen; dpbf16 configs counted as skipped
- *   test_cpu_bf16 dpbf16     the dpbf16 configs only; exit 77 where the CPU lacks avx512bf16 */
+ * that the host can run, against the reference on fresh random data; the vdpbf16ps and AMX
+ * kernels emitted for Sapphire Rapids and their object code disassembled (runs on any x86-64
+ * host).
+ *   test_cpu_bf16            fma configs, codegen, the model path; dpbf16/amx configs skipped
+ *   test_cpu_bf16 dpbf16     the dpbf16 configs; exit 77 where the CPU lacks avx512bf16
+ *   test_cpu_bf16 amx        the AMX configs, and the decode shapes (M = 1..8, SmolLM2) through
+ *                            the default precision; exit 77 without AMX-BF16 (or its permission) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,7 +44,7 @@ static const bcase cases[] = {
     {"fp32 weights", 256, 160, 64, 0.75, 1, 0, 0, TJ_ACT_NONE, TJ_F32, 1}, /* rounded at packing (no ew: ew stays fp32) */
     {"single", 1, 1, 1, 0.0, 1, 0, 0, TJ_ACT_NONE, TJ_BF16, 1},
 };
-static const int64_t ms[] = {1, 3, 13, 29, 100};
+static const int64_t ms[] = {1, 3, 13, 29, 100, 161};
 
 /* One config × case × M: returns 0 when a bound fails. */
 static void check(tj_cpu_jit *jit, tj_pool *pool, const tj_cpu_config *cfg, int *id)
@@ -147,22 +150,30 @@ static void test_codegen(void)
     tj_layer l;
     void *w = NULL, *b = NULL;
     if (!tj_test_case_make(&c, 5, &l, &w, &b)) { CHECK(0); return; }
-    for (int dot = TJ_CPU_DOT_FMA; dot <= TJ_CPU_DOT_DPBF16; dot++) {
+    /* fma; dpbf16 with the gather and with vpcompressw staging (VBMI2); amx */
+    static const struct { int dot; const char *features; } kinds[] = {
+        {TJ_CPU_DOT_FMA, ""}, {TJ_CPU_DOT_DPBF16, "-avx512vbmi2"}, {TJ_CPU_DOT_DPBF16, ""}, {TJ_CPU_DOT_AMX, ""}};
+    for (size_t ki = 0; ki < sizeof kinds / sizeof *kinds; ki++) {
+        int dot = kinds[ki].dot;
         tj_cpu_config cfg = tj_cpu_config_default();
         cfg.mr = 6, cfg.nr = 64, cfg.vec = 16, cfg.dtype = TJ_CPU_ACT_BF16, cfg.weights = TJ_CPU_WEIGHTS_BF16;
         cfg.dot = dot, cfg.out = TJ_CPU_ACT_BF16, cfg.order = 0;
+        tj_cpu_config_resolve(&cfg, &l); /* amx: its block */
         tj_error err;
         tj_plan plan;
-        CHECK_OK(tj_plan_build(&l, 16, &plan, &err), &err);
+        CHECK_OK(tj_cpu_plan_build(&l, &cfg, &plan, &err), &err);
         LLVMContextRef ctx = LLVMContextCreate();
         LLVMModuleRef mod = NULL;
         tj_cpu_emit_info info;
-        CHECK_OK(tj_cpu_emit_module_for(ctx, &l, &plan, &cfg, "tj", "sapphirerapids", "", &mod, &info, &err), &err);
+        /* the emitter reads the feature string for VBMI2: name Sapphire Rapids' own */
+        const char *feat = kinds[ki].features[0] ? "+avx512f,+avx512bw,+avx512bf16,-avx512vbmi2" : "+avx512f,+avx512bw,+avx512bf16,+avx512vbmi2,+amx-tile,+amx-bf16";
+        CHECK_OK(tj_cpu_emit_module_for(ctx, &l, &plan, &cfg, "tj", "sapphirerapids", feat, &mod, &info, &err), &err);
+        CHECKF(!!info.prep_name[0] == (dot == TJ_CPU_DOT_AMX), "dot %d: prep '%s'", dot, info.prep_name);
         char *msg = NULL;
         LLVMTargetRef t = NULL;
         LLVMMemoryBufferRef obj = NULL;
         if (mod && LLVMGetTargetFromTriple(triple, &t, &msg) == 0) {
-            LLVMTargetMachineRef tm = LLVMCreateTargetMachine(t, triple, "sapphirerapids", "", LLVMCodeGenLevelDefault,
+            LLVMTargetMachineRef tm = LLVMCreateTargetMachine(t, triple, "sapphirerapids", feat, LLVMCodeGenLevelDefault,
                                                               LLVMRelocPIC, LLVMCodeModelSmall);
             LLVMSetTarget(mod, triple);
             if (LLVMTargetMachineEmitToMemoryBuffer(tm, mod, LLVMObjectFile, &msg, &obj)) obj = NULL;
@@ -172,9 +183,19 @@ static void test_codegen(void)
         LLVMDisposeMessage(msg);
         if (obj) {
             int n = count_mnemonic(obj, triple, "sapphirerapids", "vdpbf16ps");
+            int nt = count_mnemonic(obj, triple, "sapphirerapids", "tdpbf16ps");
+            int ncfg = count_mnemonic(obj, triple, "sapphirerapids", "ldtilecfg");
+            int nrel = count_mnemonic(obj, triple, "sapphirerapids", "tilerelease");
+            int ncomp = count_mnemonic(obj, triple, "sapphirerapids", "vpcompressw");
             if (dot == TJ_CPU_DOT_DPBF16) CHECKF(n > 0, "dpbf16 kernel: %d vdpbf16ps in the object code", n);
-            else CHECKF(n == 0, "fma kernel: %d vdpbf16ps in the object code (expected none)", n);
-            fprintf(stderr, "codegen sapphirerapids dot %s: %d vdpbf16ps instructions\n", dot == TJ_CPU_DOT_DPBF16 ? "dpbf16" : "fma", n);
+            else CHECKF(n == 0, "%s kernel: %d vdpbf16ps in the object code (expected none)", dot == TJ_CPU_DOT_AMX ? "amx" : "fma", n);
+            if (dot == TJ_CPU_DOT_AMX)
+                CHECKF(nt > 0 && ncfg > 0 && nrel > 0, "amx kernel: %d tdpbf16ps, %d ldtilecfg, %d tilerelease", nt, ncfg, nrel);
+            else CHECKF(nt == 0 && ncfg == 0, "%d tdpbf16ps, %d ldtilecfg outside the amx kernel", nt, ncfg);
+            if (dot == TJ_CPU_DOT_DPBF16)
+                CHECKF(!!ncomp == !kinds[ki].features[0], "dpbf16 %s VBMI2: %d vpcompressw", kinds[ki].features[0] ? "without" : "with", ncomp);
+            fprintf(stderr, "codegen sapphirerapids dot %s%s: %d vdpbf16ps, %d tdpbf16ps, %d ldtilecfg, %d tilerelease, %d vpcompressw\n",
+                    dot == TJ_CPU_DOT_AMX ? "amx" : dot == TJ_CPU_DOT_DPBF16 ? "dpbf16" : "fma", kinds[ki].features, n, nt, ncfg, nrel, ncomp);
             LLVMDisposeMemoryBuffer(obj);
         }
         if (mod) LLVMDisposeModule(mod);
@@ -185,6 +206,26 @@ static void test_codegen(void)
     free(w);
     free(b);
     LLVMDisposeMessage(triple);
+}
+
+/* tj_linear of the model's layer enc.fc1 (layer l with weights lw) on fresh random x [mm × k],
+ * poisoned y first: its relative error to the reference (1e9 when a value is not finite). */
+static double model_call_error(tj_model *m, const tj_layer *l, const tj_layer_weights *lw, int64_t mm, uint64_t seed)
+{
+    float *x = malloc((size_t)(mm * l->k) * 4), *y = malloc((size_t)(mm * l->n) * 4), *ref = malloc((size_t)(mm * l->n) * 4);
+    tj_rng r = {seed};
+    tj_test_fill(&r, x, mm * l->k);
+    for (int64_t i = 0; i < mm * l->n; i++) y[i] = NAN;
+    int64_t xs[2] = {mm, l->k}, ys[2] = {mm, l->n};
+    DLTensor xt = {x, {kDLCPU, 0}, 2, {kDLFloat, 32, 1}, xs, NULL, 0};
+    DLTensor yt = {y, {kDLCPU, 0}, 2, {kDLFloat, 32, 1}, ys, NULL, 0};
+    CHECK(tj_linear(m, "enc.fc1", &xt, &yt, NULL) == TJ_OK);
+    tj_reference_linear(l, lw, x, mm, ref);
+    double e = tj_test_all_finite(y, mm * l->n) ? tj_test_relerr(y, ref, mm * l->n) : 1e9;
+    free(x);
+    free(y);
+    free(ref);
+    return e;
 }
 
 /* The model interface (fp32 tensors) over a bf16 layer: x rounded once, bf16 y widened back. */
@@ -220,21 +261,38 @@ static void test_model_path(void)
            run_cfg ? run_cfg : "(null)");
     tj_layer_weights lw = {w, TJ_BF16, b, TJ_BF16};
     for (int64_t mm = 1; m && mm <= 64; mm *= 4) {
-        float *x = malloc((size_t)(mm * c.k) * 4), *y = malloc((size_t)(mm * c.n) * 4), *ref = malloc((size_t)(mm * c.n) * 4);
-        tj_rng r = {500 + (uint64_t)mm};
-        tj_test_fill(&r, x, mm * c.k);
-        for (int64_t i = 0; i < mm * c.n; i++) y[i] = NAN;
-        int64_t xs[2] = {mm, c.k}, ys[2] = {mm, c.n};
-        DLTensor xt = {x, {kDLCPU, 0}, 2, {kDLFloat, 32, 1}, xs, NULL, 0};
-        DLTensor yt = {y, {kDLCPU, 0}, 2, {kDLFloat, 32, 1}, ys, NULL, 0};
-        CHECK(tj_linear(m, "enc.fc1", &xt, &yt, NULL) == TJ_OK);
-        tj_reference_linear(&l, &lw, x, mm, ref);
-        double e = tj_test_all_finite(y, mm * c.n) ? tj_test_relerr(y, ref, mm * c.n) : 1e9;
+        double e = model_call_error(m, &l, &lw, mm, 500 + (uint64_t)mm);
         CHECKF(e <= LOOSE, "model path M=%lld: relerr %g (bound %g)", (long long)mm, e, LOOSE);
-        free(x); free(y); free(ref);
     }
     tj_model_destroy(m);
     tj_context_destroy(ctx);
+    /* the precision option (no forced config): f32 on these bf16 weights, bf16 when asked; a
+     * value out of range is refused */
+    for (int pi = TJ_PRECISION_F32; pi <= TJ_PRECISION_BF16 + 1; pi++) {
+        o.precision = (tj_precision)pi;
+        ctx = NULL;
+        m = NULL;
+        tj_status cs = tj_context_create(&o, &ctx);
+        if (pi > TJ_PRECISION_BF16) {
+            CHECKF(cs == TJ_ERR_INVALID_ARGUMENT && !ctx, "precision %d accepted", pi);
+            tj_context_destroy(ctx);
+            break;
+        }
+        CHECK(cs == TJ_OK);
+        if (ctx && tj_model_load(ctx, pat, wts, &m) != TJ_OK) fprintf(stderr, "load: %s\n", tj_context_error(ctx));
+        CHECK(m != NULL);
+        for (int64_t mm = 5; m && mm <= 40; mm += 35) {
+            tj_precision got = TJ_PRECISION_AUTO;
+            CHECK(tj_model_layer_precision(m, 0, mm, &got) == TJ_OK);
+            CHECKF(got == (tj_precision)pi, "asked %s, layer runs %s at M=%lld", tj_precision_name((tj_precision)pi),
+                   tj_precision_name(got), (long long)mm);
+            double e = model_call_error(m, &l, &lw, mm, 800 + (uint64_t)mm + (uint64_t)pi);
+            double bound = pi == TJ_PRECISION_F32 ? TIGHT_F32 : LOOSE; /* f32: the bf16 weights exactly */
+            CHECKF(e <= bound, "precision %s M=%lld: relerr %g (bound %g)", tj_precision_name((tj_precision)pi), (long long)mm, e, bound);
+        }
+        tj_model_destroy(m);
+        tj_context_destroy(ctx);
+    }
     remove(pat);
     remove(wts);
     rmdir(dir);
@@ -243,9 +301,104 @@ static void test_model_path(void)
     free(b);
 }
 
+/* The decode case through the model and the default precision (auto): SmolLM2-135M's shapes
+ * at 50 %, bf16 weights, M = 1..8 (and, with AMX, the tile path from fp32 x at M = 9..64). On a
+ * CPU with bf16 instructions every layer must say bf16 and match the reference on the same
+ * bf16-rounded x within 1e-5 (and the fp32 reference within 1e-2). */
+static void test_decode(int amx)
+{
+    static const bcase shapes[] = {
+        {"model.layers.0.self_attn.q_proj", 576, 576, 128, 0.5, 1, 0, 0, TJ_ACT_NONE, TJ_BF16, 0},
+        {"model.layers.0.self_attn.k_proj", 192, 576, 64, 0.5, 1, 0, 0, TJ_ACT_NONE, TJ_BF16, 0},
+        {"model.layers.0.mlp.up_proj", 1536, 576, 128, 0.5, 1, 0, 0, TJ_ACT_NONE, TJ_BF16, 1},
+        {"model.layers.0.mlp.down_proj", 576, 1536, 128, 0.5, 1, 0, 0, TJ_ACT_NONE, TJ_BF16, 0},
+    };
+    enum { NS = sizeof shapes / sizeof *shapes };
+    char dir[] = "/tmp/tj_decode_XXXXXX", pat[600], wts[600];
+    if (!mkdtemp(dir)) { CHECK(0); return; }
+    snprintf(pat, sizeof pat, "%s/p.json", dir);
+    snprintf(wts, sizeof wts, "%s/w.safetensors", dir);
+    tj_layer ls[NS];
+    void *w[NS], *b[NS];
+    tj_st_out_tensor t[2 * NS];
+    int64_t shp[NS][2], bsh[NS][1];
+    char names[2 * NS][128];
+    int nt = 0, ok = 1;
+    for (int i = 0; i < NS; i++) {
+        ok &= tj_test_case_make(&shapes[i], 300 + (uint64_t)i, &ls[i], &w[i], &b[i]);
+        shp[i][0] = shapes[i].n, shp[i][1] = shapes[i].k, bsh[i][0] = shapes[i].n;
+        snprintf(names[nt], sizeof names[nt], "%s.weight", shapes[i].what);
+        t[nt] = (tj_st_out_tensor){names[nt], "BF16", 2, shp[i], w[i], (uint64_t)(shapes[i].n * shapes[i].k) * 2};
+        nt++;
+        if (b[i]) {
+            snprintf(names[nt], sizeof names[nt], "%s.bias", shapes[i].what);
+            t[nt] = (tj_st_out_tensor){names[nt], "BF16", 1, bsh[i], b[i], (uint64_t)shapes[i].n * 2};
+            nt++;
+        }
+    }
+    CHECK(ok);
+    tj_error err;
+    tj_pattern p = {.nlayers = NS, .layers = ls};
+    CHECK_OK(tj_pattern_save(&p, pat, &err), &err);
+    CHECK_OK(tj_st_write(wts, t, nt, NULL, &err), &err);
+    tj_options o = tj_options_default();
+    o.backend = TJ_BACKEND_CPU;
+    o.threads = 2;
+    tj_context *ctx = NULL;
+    tj_model *m = NULL;
+    CHECK(tj_context_create(&o, &ctx) == TJ_OK);
+    if (ctx && tj_model_load(ctx, pat, wts, &m) != TJ_OK) fprintf(stderr, "load: %s\n", tj_context_error(ctx));
+    CHECK(m != NULL);
+    int want_bf16 = tj_cpu_host_bf16() || tj_cpu_host_amx();
+    static const int64_t big[] = {9, 16, 33, 64};
+    for (int i = 0; m && i < NS; i++) {
+        const bcase *c = &shapes[i];
+        tj_layer_weights lw = {w[i], TJ_BF16, b[i], TJ_BF16};
+        for (int mi = 0; mi < 8 + (amx ? 4 : 0); mi++) {
+            int64_t mm = mi < 8 ? mi + 1 : big[mi - 8];
+            tj_precision pr = TJ_PRECISION_AUTO;
+            CHECK(tj_model_layer_precision(m, i, mm, &pr) == TJ_OK);
+            CHECKF(pr == (want_bf16 ? TJ_PRECISION_BF16 : TJ_PRECISION_F32), "%s M=%lld: precision %s", c->what, (long long)mm,
+                   tj_precision_name(pr));
+            float *x = malloc((size_t)(mm * c->k) * 4), *xr = malloc((size_t)(mm * c->k) * 4);
+            float *y = malloc((size_t)(mm * c->n) * 4), *ref = malloc((size_t)(mm * c->n) * 4), *ref32 = malloc((size_t)(mm * c->n) * 4);
+            tj_rng r = {7000 + 13 * (uint64_t)mm + (uint64_t)i};
+            tj_test_fill(&r, x, mm * c->k);
+            for (int64_t j = 0; j < mm * c->k; j++) xr[j] = want_bf16 ? tj_bf16_to_f32(tj_f32_to_bf16(x[j])) : x[j];
+            for (int64_t j = 0; j < mm * c->n; j++) y[j] = NAN;
+            int64_t xs[2] = {mm, c->k}, ys[2] = {mm, c->n};
+            DLTensor xt = {x, {kDLCPU, 0}, 2, {kDLFloat, 32, 1}, xs, NULL, 0};
+            DLTensor yt = {y, {kDLCPU, 0}, 2, {kDLFloat, 32, 1}, ys, NULL, 0};
+            CHECK(tj_linear(m, c->what, &xt, &yt, NULL) == TJ_OK);
+            tj_reference_linear(&ls[i], &lw, xr, mm, ref);
+            tj_reference_linear(&ls[i], &lw, x, mm, ref32);
+            int fin = tj_test_all_finite(y, mm * c->n);
+            double tight = fin ? tj_test_relerr(y, ref, mm * c->n) : 1e9, loose = fin ? tj_test_relerr(y, ref32, mm * c->n) : 1e9;
+            const char *cfg = NULL;
+            tj_model_layer_config(m, i, mm, &cfg);
+            CHECKF(tight <= TIGHT_F32, "decode %s M=%lld (%s): relerr %g vs the reference on the same bf16 x (bound %g)", c->what,
+                   (long long)mm, cfg ? cfg : "default", tight, TIGHT_F32);
+            CHECKF(loose <= LOOSE, "decode %s M=%lld: relerr %g vs the fp32 reference (bound %g)", c->what, (long long)mm, loose, LOOSE);
+            free(x); free(xr); free(y); free(ref); free(ref32);
+        }
+    }
+    tj_model_destroy(m);
+    tj_context_destroy(ctx);
+    remove(pat);
+    remove(wts);
+    rmdir(dir);
+    for (int i = 0; i < NS; i++) {
+        tj_layer_free(&ls[i]);
+        free(w[i]);
+        free(b[i]);
+    }
+}
+
 int main(int argc, char **argv)
 {
-    int want_dp = argc > 1 && strcmp(argv[1], "dpbf16") == 0;
+    int want = argc > 1 && strcmp(argv[1], "dpbf16") == 0 ? TJ_CPU_DOT_DPBF16
+             : argc > 1 && strcmp(argv[1], "amx") == 0  ? TJ_CPU_DOT_AMX
+                                                        : TJ_CPU_DOT_FMA;
     tj_error err;
     tj_cpu_jit *jit = NULL;
     tj_pool *pool = NULL;
@@ -253,18 +406,22 @@ int main(int argc, char **argv)
         fprintf(stderr, "no LLVM JIT here: %s\n", err.msg);
         return 77;
     }
-    if (want_dp && !tj_cpu_host_bf16()) {
+    if ((want == TJ_CPU_DOT_DPBF16 && !tj_cpu_host_bf16()) || (want == TJ_CPU_DOT_AMX && !tj_cpu_host_amx())) {
         char *cpu = LLVMGetHostCPUName();
-        fprintf(stderr, "skipped: this CPU (%s) has no avx512_bf16, so the vdpbf16ps kernels cannot run here "
-                        "(their object code is checked by test cpu_bf16)\n", cpu);
+        fprintf(stderr, "skipped: this CPU (%s) %s, so the %s kernels cannot run here (their object code is checked by test "
+                        "cpu_bf16)\n", cpu, want == TJ_CPU_DOT_AMX ? "has no AMX-BF16, or Linux refused its tile state" : "has no avx512_bf16",
+                want == TJ_CPU_DOT_AMX ? "AMX" : "vdpbf16ps");
         LLVMDisposeMessage(cpu);
         tj_cpu_jit_destroy(jit);
         return 77;
     }
     CHECK_OK(tj_pool_create(3, &pool, &err), &err);
-    if (!want_dp) {
+    if (want == TJ_CPU_DOT_FMA) {
         test_codegen();
         test_model_path();
+        if (!tj_cpu_host_bf16()) test_decode(0); /* here the default stays fp32 */
+    } else {
+        test_decode(want == TJ_CPU_DOT_AMX);
     }
     int nc, host = tj_cpu_host_vec(), id = 0, ran = 0, skipped = 0;
     const tj_cpu_config *space = tj_cpu_config_space(&nc);
@@ -272,9 +429,8 @@ int main(int argc, char **argv)
         tj_cpu_config c = space[ci];
         if (c.dtype != TJ_CPU_ACT_BF16) continue;
         if (c.vec == 0) c.vec = host;
-        int dp = c.dot == TJ_CPU_DOT_DPBF16;
-        if (dp != want_dp) continue;
-        if (c.vec > host || (dp && !tj_cpu_host_bf16()) || tj_cpu_config_check(&c, NULL) != TJ_OK) {
+        if (c.dot != want) continue;
+        if (c.vec > host || tj_cpu_config_check(&c, NULL) != TJ_OK) {
             skipped++;
             continue;
         }

@@ -137,6 +137,11 @@ TJ_API void tj_dense_destroy(tj_dense *d);
  * vector FMA the host has, enough independent chains to cover latency), measured for about
  * `seconds`. Returns <= 0 when the host has no vector FMA. */
 TJ_API double tj_dense_fma_peak(int threads, double seconds);
+/* The host's streaming read bandwidth in GB/s over `threads` threads, each summing its own part
+ * of a buffer of `bytes` in all (so the figure is that of the cache level or memory a working
+ * set of that size lives in, warm: what a kernel re-reading `bytes` of weights can reach),
+ * best of 5 runs of about seconds / 5 each. Returns 0 when out of memory. */
+TJ_API double tj_dense_read_bandwidth(int threads, double bytes, double seconds);
 
 #ifdef __cplusplus
 }

@@ -53,12 +53,13 @@ def backend_built(backend):
 
 
 def load(pattern, weights, backend="auto", tuning_log=None, threads=0, cache_dir=None, device=0,
-         verbose=False, context=None, threading="auto"):
+         verbose=False, context=None, threading="auto", precision="auto"):
     """Loads a pattern (JSON) and its weights (safetensors) and prepares every layer on a backend
     ("auto", "cpu", "cuda" or "reference"), or on `context` (a Context) when given. Returns a
-    Model. threads, threading: as Context."""
+    Model. threads, threading, precision: as Context."""
     return Model(pattern, weights, backend=backend, tuning_log=tuning_log, threads=threads,
-                 cache_dir=cache_dir, device=device, verbose=verbose, context=context, threading=threading)
+                 cache_dir=cache_dir, device=device, verbose=verbose, context=context, threading=threading,
+                 precision=precision)
 
 
 def _enc(s):
@@ -204,17 +205,23 @@ class Context:
     threading: "auto" (the process's OpenMP runtime when one is loaded, as in a process that
     imported torch; else tilejit's own worker threads), "pool" or "openmp" (docs/threads.md).
     threads: CPU threads per call; 0: with OpenMP the calling thread's OpenMP thread count at each
-    call (torch.set_num_threads), with the own pool all cores."""
+    call (torch.set_num_threads), with the own pool all cores.
+    precision (CPU backend): "auto" computes in bf16 where the CPU has avx512_bf16 or AMX and a
+    layer's weights are bfloat16, else fp32; "f32"; "bf16" (x and weights rounded to bf16, fp32
+    accumulation and output). Model.precision(layer, m) says which ran."""
 
     def __init__(self, backend="auto", tuning_log=None, threads=0, cache_dir=None, device=0, verbose=False,
-                 threading="auto"):
+                 threading="auto", precision="auto"):
         lib = library()
         self._lib = lib
         self._ctx = ctypes.c_void_p()
         if backend not in L.BACKENDS:
             raise ValueError("tilejit: unknown backend %r (expected one of %s)" % (backend, ", ".join(L.BACKENDS)))
+        if precision not in L.PRECISIONS:
+            raise ValueError("tilejit: unknown precision %r (expected one of %s)" % (precision, ", ".join(L.PRECISIONS)))
         opt = lib.tj_options_default()
         opt.backend = L.BACKENDS[backend]
+        opt.precision = L.PRECISIONS[precision]
         if threading not in L.THREADING:
             raise ValueError("tilejit: unknown threading %r (expected one of %s)" % (threading, ", ".join(L.THREADING)))
         opt.threads = int(threads)
@@ -326,9 +333,10 @@ class Model:
     concurrent linear() calls; close() (or `with`) frees it."""
 
     def __init__(self, pattern, weights, backend="auto", tuning_log=None, threads=0, cache_dir=None,
-                 device=0, verbose=False, context=None, threading="auto"):
+                 device=0, verbose=False, context=None, threading="auto", precision="auto"):
         self._setup(context, dict(backend=backend, tuning_log=tuning_log, threads=threads,
-                                  cache_dir=cache_dir, device=device, verbose=verbose, threading=threading))
+                                  cache_dir=cache_dir, device=device, verbose=verbose, threading=threading,
+                                  precision=precision))
         s = self._lib.tj_model_load(self._ctx, _enc(pattern), _enc(weights), ctypes.byref(self._model))
         self._finish(s)
 
@@ -462,6 +470,15 @@ class Model:
         if not -len(self._layers) <= i < len(self._layers):
             raise TilejitError(4, "layer index %d out of range [0, %d)" % (i, len(self._layers)))
         return i % len(self._layers)
+
+    def precision(self, layer, m=128):
+        """The precision ("f32", "bf16", "f16") a layer (name or index) computes in at batch m."""
+        fn = getattr(self._lib, "tj_model_layer_precision", None)
+        if fn is None:
+            raise TilejitError(6, "this libtilejit has no tj_model_layer_precision (too old)")
+        p = ctypes.c_int()
+        self._check(fn(self._model, self._resolve(layer), int(m), ctypes.byref(p)))
+        return self._lib.tj_precision_name(p.value).decode()
 
     def linear(self, layer, x, out=None, stream=None):
         """Y = act(X · (W ⊙ mask)ᵀ + bias) for one layer (by name or index), row-major.

@@ -49,12 +49,12 @@ class _Group:
     """Layers loaded together (one pattern, one tilejit model per device, sharing a context), from
     host tensors {"NAME.weight": ..., "NAME.bias": ...} it keeps alive."""
 
-    def __init__(self, pattern, tensors, backend="auto", threads=None, cache_dir=None, tuning_log=None):
+    def __init__(self, pattern, tensors, backend="auto", threads=None, cache_dir=None, tuning_log=None, precision="auto"):
         self.pattern = pattern
         self.tensors = tensors
         self.backend = backend
         self.threads = threads
-        self.options = dict(cache_dir=cache_dir, tuning_log=tuning_log)
+        self.options = dict(cache_dir=cache_dir, tuning_log=tuning_log, precision=precision)
         self.index = {l["name"]: i for i, l in enumerate(pattern["layers"])}
         self._models = {}
         self._contexts = {}
@@ -300,9 +300,9 @@ class TWLinear(nn.Module):
 
     @classmethod
     def from_linear(cls, linear, layer=None, *, sparsity=None, mode="tw1", g=128, ew=0.01, name="linear",
-                    backend="auto", threads=None, cache_dir=None, tuning_log=None):
+                    backend="auto", threads=None, cache_dir=None, tuning_log=None, precision="auto"):
         """A TWLinear for an nn.Linear, with the pattern layer given (a dict; its name is used)
-        or made by pruning this layer alone at `sparsity`."""
+        or made by pruning this layer alone at `sparsity`. precision: as tilejit.load()."""
         w = linear.weight.detach()
         b = linear.bias.detach() if linear.bias is not None else None
         if layer is None:
@@ -314,7 +314,7 @@ class TWLinear(nn.Module):
             layer = layer["layers"][0]
         layer = dict(layer)
         group = _group({"format": "tilejit-pattern", "version": 1, "layers": [layer]}, {layer["name"]: (w, b)},
-                       backend, threads, cache_dir, tuning_log)
+                       backend, threads, cache_dir, tuning_log, precision)
         return cls(_Bound(group, layer["name"], w.shape[0], w.shape[1]), w, b, layer.get("activation", "none"))
 
     def trainable(self, on=True):
@@ -409,13 +409,14 @@ def _host(t):
     return t
 
 
-def _group(pattern, weights, backend, threads, cache_dir, tuning_log):
+def _group(pattern, weights, backend, threads, cache_dir, tuning_log, precision="auto"):
     tensors = {}
     for name, (w, b) in weights.items():
         tensors[name + ".weight"] = _host(w)
         if b is not None:
             tensors[name + ".bias"] = _host(b)
-    return _Group(pattern, tensors, backend=backend, threads=threads, cache_dir=cache_dir, tuning_log=tuning_log)
+    return _Group(pattern, tensors, backend=backend, threads=threads, cache_dir=cache_dir, tuning_log=tuning_log,
+                  precision=precision)
 
 
 # --- sparsify --------------------------------------------------------------------------------------
@@ -539,7 +540,7 @@ def _fusable(model, names):
 
 
 def sparsify(model, pattern=None, weights=None, *, sparsity=None, mode="tw1", g=128, ew=0.01, layers=None,
-             backend="auto", threads=None, cache_dir=None, tuning_log=None, fuse_activations=True):
+             backend="auto", threads=None, cache_dir=None, tuning_log=None, fuse_activations=True, precision="auto"):
     """Swaps the model's nn.Linear modules for TWLinear in place and returns a SparsifyReport.
 
     Either pattern= (a tilejit pattern: path, JSON text or dict) names the layers, matched to
@@ -556,7 +557,9 @@ def sparsify(model, pattern=None, weights=None, *, sparsity=None, mode="tw1", g=
     fuse_activations: where a swapped layer's output goes only into an activation module that
     tilejit's kernels apply themselves (exact GELU, ReLU), the kernel applies it and the module is
     replaced by nn.Identity (found by tracing the layer's parent module with torch.fx; parents that
-    do not trace are left alone). The report lists them in .fused."""
+    do not trace are left alone). The report lists them in .fused.
+    precision (CPU): "auto" computes in bf16 where the CPU has avx512_bf16 or AMX and the model's
+    weights are bfloat16 (model.to(torch.bfloat16)), else fp32; "f32"; "bf16"."""
     t0 = time.perf_counter()
     rep = SparsifyReport()
     linears = {n: m for n, m in model.named_modules() if isinstance(m, nn.Linear)}
@@ -611,7 +614,7 @@ def sparsify(model, pattern=None, weights=None, *, sparsity=None, mode="tw1", g=
             else:
                 fused.pop(mname, None)
         sub = dict(pattern, layers=[by_layer[l] for _, l in chosen])
-        group = _group(sub, tensors, backend, threads, cache_dir, tuning_log)
+        group = _group(sub, tensors, backend, threads, cache_dir, tuning_log, precision)
         group.model(torch.device("cpu"))  # compile now: errors surface here, not at the first call
         rep.backend = group._backend_for(torch.device("cpu"))
         for mname, lname in chosen:
