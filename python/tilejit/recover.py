@@ -341,7 +341,10 @@ def _distill_loss(kind, out, ref, batch):
             po, pr = ho.mean(1), hr.mean(1)
         return (1 - nn.functional.cosine_similarity(po.float(), pr.float(), dim=-1)).mean()
     if kind == "layers":
-        hs, rs = out.hidden_states, ref.hidden_states
+        hs, rs = getattr(out, "hidden_states", None), getattr(ref, "hidden_states", None)
+        if hs is None or rs is None:
+            raise PruneError("finetune: loss='layers' needs the model's hidden_states (a model called with "
+                             "output_hidden_states=True); this model's output has none")
         tot = 0
         for h, r in zip(hs[1:], rs[1:]):
             tot = tot + _masked_mse(h, r, mask)
@@ -383,6 +386,8 @@ def finetune(model, teacher, data, *, steps=200, lr=2e-5, loss=None, num_samples
     try:
         state.enter()
         tstate.enter()
+        if loss == "layers":  # every layer's hidden states: asked of models that take the flag
+            batches = [dict(b, output_hidden_states=True) if hasattr(b, "keys") else b for b in batches]
         with torch.no_grad():
             refs = []
             for i, b in enumerate(batches):

@@ -24,6 +24,7 @@ DLTensors are filled from the tensors' own pointers, shapes and strides (no __dl
 per call), the only allocation is the output (or none with `out=`), and on CUDA the caller's
 current stream is passed to the kernel without a synchronisation.
 """
+import contextlib
 import ctypes
 import itertools
 import json
@@ -795,6 +796,35 @@ def save_pruned(model, directory, *, pattern=None, tokenizer=None):
     return directory
 
 
+@contextlib.contextmanager
+def _dequantized(model):
+    """A model transformers loaded from GGUF holds dense float weights (dequantised at load), but
+    keeps the GGUF quantizer, which refuses save_pretrained; the model is saved as the dense
+    model it is (config without quantization_config). Other quantizers are left to transformers."""
+    q = getattr(model, "hf_quantizer", None)
+    method = getattr(getattr(q, "quantization_config", None), "quant_method", None)
+    if q is None or str(getattr(method, "value", method)) != "gguf":
+        yield
+        return
+    cfg = model.config
+    had = hasattr(cfg, "quantization_config")
+    qc = getattr(cfg, "quantization_config", None)
+    flag = getattr(model, "is_quantized", None)
+    model.hf_quantizer = None
+    if had:
+        del cfg.quantization_config
+    if flag is not None:
+        model.is_quantized = False
+    try:
+        yield
+    finally:
+        model.hf_quantizer = q
+        if had:
+            cfg.quantization_config = qc
+        if flag is not None:
+            model.is_quantized = flag
+
+
 def _write_weights(model, pattern, d):
     """The model's weights into folder d, TWLinear weights with their mask applied."""
     import os
@@ -807,7 +837,8 @@ def _write_weights(model, pattern, d):
     if hasattr(model, "save_pretrained"):
         sd = model.state_dict()
         sd.update(masked)
-        model.save_pretrained(d, state_dict=sd, safe_serialization=True)
+        with _dequantized(model):
+            model.save_pretrained(d, state_dict=sd, safe_serialization=True)
         return
     from . import safetensors
     out = {}
