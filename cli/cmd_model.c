@@ -141,6 +141,7 @@ static double measure(tj_timed_fn fn, timed *t, double min_time)
 #define ROUNDS 3
 _Static_assert(ROUNDS == 3, "median3 takes three rounds");
 
+#if TJ_HAVE_LLVM
 /* The median of ROUNDS times; -1 when any is missing. */
 static double median3(const double v[ROUNDS])
 {
@@ -148,6 +149,7 @@ static double median3(const double v[ROUNDS])
     if (a < 0 || b < 0 || c < 0) return -1;
     return a > b ? (b > c ? b : (a > c ? c : a)) : (a > c ? a : (b > c ? c : b));
 }
+#endif
 
 /* Removes a temporary cache directory tree (two levels are enough for the kernel cache, but
  * recurse anyway). Best effort. */

@@ -85,8 +85,10 @@ def main():
             where.setdefault(name, []).append(src)
     bad = 0
     for src, (o, d, u) in sorted(scanned.items()):
+        # (AddressSanitizer adds an __odr_asan.NAME symbol beside each global it instruments)
         got = {l.split()[-1] for l in subprocess.run([nm, "--defined-only", "-g", o], capture_output=True,
-                                                     text=True).stdout.splitlines() if l.strip()}
+                                                     text=True).stdout.splitlines()
+               if l.strip() and not l.split()[-1].startswith("__odr_asan")}
         undef = {l.split()[-1] for l in subprocess.run([nm, "-u", o], capture_output=True, text=True).stdout.splitlines()
                  if l.strip()} & defined
         # nm also sees calls made by the headers' inline functions and macros: those come with an
