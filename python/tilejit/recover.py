@@ -173,6 +173,41 @@ def _masked_mse(out, target, mask):
     return (d * d).mean() / (t * t).mean().clamp(min=1e-20)
 
 
+def _fit(params, lr, steps, train, loss_at, held_loss, before, eval_every, patience, what, on_eval=None):
+    """Adam on params over the batches `train` in turn (loss_at(b) → scalar tensor), with early
+    stopping: every `eval_every` steps (and at the last) held_loss() is measured, the best state
+    kept, and training stops after `patience` evaluations without improvement; the params end in
+    their best state. `before` is the held-out loss at the start. Returns (steps run, best
+    held-out loss, last training loss)."""
+    opt = torch.optim.Adam(params, lr=lr, foreach=True)
+    best, best_state, bad, step, last = before, [p.detach().clone() for p in params], 0, 0, float("nan")
+    with torch.enable_grad():
+        for step in range(1, steps + 1):
+            b = train[(step - 1) % len(train)]
+            loss = loss_at(b)
+            if not torch.isfinite(loss):
+                raise PruneError("%s: the loss is not finite at step %d (batch %d); lower the learning rate (%g)"
+                                 % (what, step, b, lr))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            last = float(loss.detach())
+            if step % eval_every == 0 or step == steps:
+                h = held_loss()
+                if on_eval is not None:
+                    on_eval(step, last, h)
+                if h < best:
+                    best, best_state, bad = h, [p.detach().clone() for p in params], 0
+                else:
+                    bad += 1
+                    if bad >= patience:
+                        break
+    with torch.no_grad():
+        for p, v in zip(params, best_state):
+            p.copy_(v)
+    return step, best, last
+
+
 def reconstruct_block(block, names, pattern_by_name, ins, P, targets, *, steps=200, lr=1e-4, holdout=0.1,
                       eval_every=25, patience=4, log=None, what="block", originals=None):
     """Block-local reconstruction: Adam on the block's kept weights (the pruned layers `names`,
@@ -204,39 +239,16 @@ def reconstruct_block(block, names, pattern_by_name, ins, P, targets, *, steps=2
             p.requires_grad_(False)
         for p in params:
             p.requires_grad_(True)
-        opt = torch.optim.Adam(params, lr=lr, foreach=True)
-
         def held_loss():
             with torch.no_grad():
                 return sum(float(_masked_mse(_hidden_of(ins[b].call(block, P[b])), targets[b], ins[b].mask))
                            for b in held) / len(held)
 
-        def snapshot():
-            return [p.detach().clone() for p in params]
-        before = best = held_loss()
-        best_state, bad, step, last = snapshot(), 0, 0, float("nan")
-        with torch.enable_grad():
-            for step in range(1, steps + 1):
-                b = train[(step - 1) % len(train)]
-                loss = _masked_mse(_hidden_of(ins[b].call(block, P[b])), targets[b], ins[b].mask)
-                if not torch.isfinite(loss):
-                    raise PruneError("recovery of %s: the loss is not finite at step %d (batch %d); lower the "
-                                     "learning rate (%g)" % (what, step, b, lr))
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
-                last = float(loss.detach())
-                if step % eval_every == 0 or step == steps:
-                    h = held_loss()
-                    if h < best:
-                        best, best_state, bad = h, snapshot(), 0
-                    else:
-                        bad += 1
-                        if bad >= patience:
-                            break
-        with torch.no_grad():
-            for p, v in zip(params, best_state):
-                p.copy_(v)
+        def loss_at(b):
+            return _masked_mse(_hidden_of(ins[b].call(block, P[b])), targets[b], ins[b].mask)
+        before = held_loss()
+        step, best, last = _fit(params, lr, steps, train, loss_at, held_loss, before, eval_every, patience,
+                                "recovery of %s" % what)
         for p, r in req:
             p.requires_grad_(r)
         ok = True
@@ -416,43 +428,24 @@ def finetune(model, teacher, data, *, steps=200, lr=2e-5, loss=None, num_samples
             p.requires_grad_(False)
         for p in params:
             p.requires_grad_(True)
-        opt = torch.optim.Adam(params, lr=lr, foreach=True)
-
         def eval_loss(idx):
             with torch.no_grad():
                 return sum(float(_distill_loss(kind, call_model(model, batches[b]), refs[b], batches[b]))
                            for b in idx) / len(idx)
         try:
-            before = best = eval_loss(held)
+            before = eval_loss(held)
         except PruneError:
             raise
         except Exception as e:
             raise PruneError("finetune: the model's and the teacher's outputs do not match: %s: %s"
                              % (type(e).__name__, e)) from e
-        best_state, bad, step = [p.detach().clone() for p in params], 0, 0
-        with torch.enable_grad():
-            for step in range(1, steps + 1):
-                b = train[(step - 1) % len(train)]
-                lo = _distill_loss(kind, call_model(model, batches[b]), refs[b], batches[b])
-                if not torch.isfinite(lo):
-                    raise PruneError("finetune: the loss is not finite at step %d (batch %d); lower the learning "
-                                     "rate (%g)" % (step, b, lr))
-                opt.zero_grad(set_to_none=True)
-                lo.backward()
-                opt.step()
-                if step % eval_every == 0 or step == steps:
-                    h = eval_loss(held)
-                    log("finetune: step %d/%d, loss %.4e, held-out %.4e (%.0f s)" % (step, steps, float(lo.detach()), h,
-                                                                                   time.perf_counter() - t0))
-                    if h < best:
-                        best, best_state, bad = h, [p.detach().clone() for p in params], 0
-                    else:
-                        bad += 1
-                        if bad >= patience:
-                            break
-        with torch.no_grad():
-            for p, v in zip(params, best_state):
-                p.copy_(v)
+
+        def show(step, last, h):
+            log("finetune: step %d/%d, loss %.4e, held-out %.4e (%.0f s)" % (step, steps, last, h,
+                                                                           time.perf_counter() - t0))
+        step, best, _ = _fit(params, lr, steps, train,
+                             lambda b: _distill_loss(kind, call_model(model, batches[b]), refs[b], batches[b]),
+                             lambda: eval_loss(held), before, eval_every, patience, "finetune", on_eval=show)
         for p, r in req:
             p.requires_grad_(r)
         ok = True
