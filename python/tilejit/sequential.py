@@ -881,6 +881,14 @@ class _Engine:
         return Pn, (Dn if need_dense else None)
 
 
+def block_outputs(module, ins, D):
+    """A block's outputs on the stream D (per batch), the next block's inputs; None stays None."""
+    if D is None:
+        return None
+    with torch.no_grad():
+        return [_hidden_of(ins[b].call(module, D[b])).detach() for b in range(len(ins))]
+
+
 def dense_block_stats(blk, ins, D):
     """The dense statistics H = X̃ᵀX̃ (float64, symmetric) of every selected layer of a block on
     the calibration data (one pass; layers of a group share theirs), and the block's outputs
@@ -932,9 +940,7 @@ def statistics(model, data, path=None, *, layers=None, ignore=DEFAULT_IGNORE, nu
             bl = {n: m for n, m in selected.items() if not prefix or n.startswith(prefix)}
             bl = {n: m for n, m in bl.items() if n not in out}
             if not bl:
-                if D is not None:
-                    with torch.no_grad():
-                        D = [_hidden_of(ins[b].call(bmod, D[b])).detach() for b in range(len(ins))]
+                D = block_outputs(bmod, ins, D)
                 continue
             blk = _Block(bname, bmod, bl, ins[0], D[0] if D is not None else None)
             stats, D = dense_block_stats(blk, ins, D)
@@ -1025,9 +1031,7 @@ def profile(model, block_list, ins, selected, in_block, prof_batches, pruner, st
         for bi, (bname, bmod) in enumerate(block_list):
             bl = {n: selected[n] for n in selected if in_block.get(n) == bname}
             if not bl:
-                if D is not None:
-                    with torch.no_grad():
-                        D = [_hidden_of(ins[b].call(bmod, D[b])).detach() for b in range(len(ins))]
+                D = block_outputs(bmod, ins, D)
                 continue
             blk = _Block(bname, bmod, bl, ins[0], D[0] if D is not None else None)
             stats, D = dense_block_stats(blk, ins, D)
