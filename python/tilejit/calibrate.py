@@ -92,7 +92,9 @@ def main(argv=None):
     ap.add_argument("--profile-samples", type=int, default=None,
                     help="samples the measured allocation runs the model on (64 encoders, 16 decoders)")
     ap.add_argument("--steps", type=int, default=16, help="profile densities j/steps (16)")
-    ap.add_argument("--measure", default="2,4,8,12", help="the j of j/steps at which the profile runs the model")
+    ap.add_argument("--measure", default=None,
+                    help="the j of j/steps at which the profile runs the model (default: the target density and "
+                         "half of it; 4,8 for --budget-ms); all: every j")
     ap.add_argument("--target", default="dense", choices=["dense", "own"],
                     help="rebuild each layer to reproduce the dense model's output (default) or its own")
     ap.add_argument("--residual", action=argparse.BooleanOptionalAction, default=True,
@@ -173,7 +175,7 @@ def run(a):
         else:
             dense_emb = data.embeddings(model, ev_batches)
         log("calibrate: dense model measured on the evaluation text (%.0f s)" % (time.perf_counter() - t))
-    measure = "all" if a.measure == "all" else [int(v) for v in a.measure.split(",")]
+    measure = a.measure if a.measure in (None, "all") else [int(v) for v in a.measure.split(",")]
     if a.stats_out:
         tjt.statistics(model, cal_batches, a.stats_out, layers=a.layers,
                        ignore=a.ignore if a.ignore is not None else tjt.DEFAULT_IGNORE, num_samples=n_cal,

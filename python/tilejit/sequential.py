@@ -749,6 +749,11 @@ class _Engine:
             rmem = [n for n in group if n in resid]
             dres = {n: torch.zeros(k + 1, blk.mods[n].out_features, dtype=torch.float64) for n in rmem}
             sample_x, sample_xr, got_rows = [], [], 0
+            # the sum points of this group's refitted norms, recorded by this pass before the
+            # prune: after it, z' = z + x·(W' − W)ᵀ + (b' − b) there (the point is the layer's output
+            # plus something independent of it, verified), so no second pass is needed
+            zkeep = {n: [] for n in rmem if refit.get(n) is not None and refit[n] == resid[n]}
+            xkeep = []
             if self.sequential:
                 # stop where the last thing needed is recorded: the group's input, or the sum points
                 # (none when one of them is the block's output)
@@ -779,6 +784,10 @@ class _Engine:
                             s = resid[n]
                             z = hk.rec[("in", s)] if s is not None else _rows(_hidden_of(out), ins[b].mask)
                             resid_add(dres[n], x, rref[n][b] - (z - hk.rec[("out", n)]))
+                            if n in zkeep:
+                                zkeep[n].append(z)
+                        if zkeep:
+                            xkeep.append(x)
                 finally:
                     hk.remove()
             else:
@@ -816,6 +825,11 @@ class _Engine:
             for n, pl, (w, b) in zip(group, got, rebuilt):
                 lin = blk.mods[n]
                 wt, bt = torch.from_numpy(w), torch.from_numpy(b)
+                if n in zkeep:
+                    with torch.no_grad():
+                        dw = wt.to(xkeep[0].device) - lin.weight.detach().float()
+                        db = (bt.to(dw.device) - lin.bias.detach().float()) if lin.bias is not None else 0
+                        zkeep[n] = [z + x @ dw.T + db for z, x in zip(zkeep[n], xkeep)]
                 err = float("nan")
                 if xs is not None:
                     wt, bt = wt.to(xs.device), bt.to(xs.device)
@@ -844,15 +858,17 @@ class _Engine:
                 s = refit.get(n)
                 if s is None:
                     continue
-                hk = _Hooks(blk.mods | blk.norms, inputs=[s], stop=s)
-                zs = []
-                try:
-                    for b in range(nb):
-                        with torch.no_grad():
-                            hk.run(ins[b], mod, Pget(b))
-                        zs.append(hk.rec[("in", s)])
-                finally:
-                    hk.remove()
+                zs = zkeep.get(n)
+                if zs is None:
+                    hk = _Hooks(blk.mods | blk.norms, inputs=[s], stop=s)
+                    zs = []
+                    try:
+                        for b in range(nb):
+                            with torch.no_grad():
+                                hk.run(ins[b], mod, Pget(b))
+                            zs.append(hk.rec[("in", s)])
+                    finally:
+                        hk.remove()
                 norm = blk.norms[s]
                 self._save(norm.weight)
                 self._save(getattr(norm, "bias", None) if isinstance(getattr(norm, "bias", None), torch.Tensor) else None)
@@ -972,11 +988,16 @@ def statistics(model, data, path=None, *, layers=None, ignore=DEFAULT_IGNORE, nu
 
 def profile(model, block_list, ins, selected, in_block, prof_batches, pruner, steps, measure, loss, log):
     """The loss table (format tilejit-prune-profile): each selected layer alone rebuilt at densities
-    j/steps by the library's sweep (from its dense statistics on the calibration data), the loss of
-    the model's own output against the dense model's on the profile batches (`loss`, default
-    default_loss) measured at the j in `measure`; at the other densities the layer's exact relative
-    output error times the measured loss/error ratio, interpolated linearly in d. The model runs
-    from the layer's block on: earlier blocks return their dense outputs, cached once."""
+    j/steps by the library's sweep (from its dense statistics on the calibration data). Its loss
+    at the j in `measure` is its block's sensitivity times the relative error of the block's
+    output on the profile batches with that layer alone at that density; at the other densities,
+    its exact relative output error times the measured loss/error ratio, interpolated linearly in
+    d. A block's sensitivity is the loss of the model's own output against the dense model's
+    (`loss`, default default_loss) per unit of block output error, measured once per block with
+    all its layers at the highest density in `measure` (the model runs from the block on, the
+    blocks before replaying their cached dense outputs). So the model runs once per block, not
+    once per layer and density: a deep model costs block-local passes. Without blocks (the whole
+    model as one), the loss is measured per layer directly."""
     loss_fn = loss or default_loss
     whole = len(block_list) == 1 and block_list[0][0] == ""
     measure = sorted(set(range(steps) if measure in (None, "all") else [int(j) for j in measure]))
@@ -999,6 +1020,7 @@ def profile(model, block_list, ins, selected, in_block, prof_batches, pruner, st
                     refs.append(call_model(model, b))
                 except Exception as e:
                     raise PruneError("profile batch %d: the model rejected it: %s: %s" % (i, type(e).__name__, e)) from e
+            pins = None if whole else catch_inputs(model, block_list[0][1], prof_batches)
     finally:
         for h in handles:
             h.remove()
@@ -1020,18 +1042,39 @@ def profile(model, block_list, ins, selected, in_block, prof_batches, pruner, st
             for bm in skipped:
                 del bm.forward
 
+    def block_error(bi, bmod, PH, ref):
+        """The relative squared error of block bi's output on the profile batches (inputs PH)."""
+        if whole:
+            return model_loss(bi)
+        num = den = 0.0
+        with torch.no_grad():
+            for i, p in enumerate(pins):
+                o, r = _rows(_hidden_of(p.call(bmod, PH[i])), p.mask), _rows(ref[i], p.mask)
+                num += float(((o - r) ** 2).sum())
+                den += float((r * r).sum())
+        return num / max(den, 1e-30)
+
+    def set_weights(lin, w, b):
+        with torch.no_grad():
+            lin.weight.copy_(torch.from_numpy(w).to(lin.weight.dtype))
+            if lin.bias is not None:
+                lin.bias.copy_(torch.from_numpy(b).to(lin.bias.dtype))
+
     dens = [j / steps for j in range(steps + 1)]
     table = {"format": "tilejit-prune-profile", "version": 1, "densities": dens, "layers": [],
              "samples": sum(weights), "measured": [dens[j] for j in measure]}
     pool = ThreadPoolExecutor(1)
     t0 = time.perf_counter()
     D = None if whole else [i.hidden() for i in ins]
+    PH = None if whole else [p.hidden() for p in pins]
     done = 0
     try:
         for bi, (bname, bmod) in enumerate(block_list):
             bl = {n: selected[n] for n in selected if in_block.get(n) == bname}
+            ref = None if whole else block_outputs(bmod, pins, PH)
             if not bl:
                 D = block_outputs(bmod, ins, D)
+                PH = ref
                 continue
             blk = _Block(bname, bmod, bl, ins[0], D[0] if D is not None else None)
             stats, D = dense_block_stats(blk, ins, D)
@@ -1045,36 +1088,49 @@ def profile(model, block_list, ins, selected, in_block, prof_batches, pruner, st
                 tokens = int(round(h_of[n][-1, -1]))
                 return pruner.sweep(n, w, b, h_of[n], tokens, steps, measure)
             pending = pool.submit(sweep, order[0])
-            for li, n in enumerate(order):
-                try:
-                    err, sw = pending.result()
-                except RuntimeError as e:
-                    raise PruneError("layer '%s': %s" % (n, e)) from e
-                pending = pool.submit(sweep, order[li + 1]) if li + 1 < len(order) else None
-                lin = bl[n]
-                w0 = lin.weight.detach().clone()
-                b0 = lin.bias.detach().clone() if lin.bias is not None else None
-                measured = {}
-                try:
+            saved = {n: (bl[n].weight.detach().clone(), bl[n].bias.detach().clone() if bl[n].bias is not None
+                         else None) for n in order}
+            errs, sweeps, measured = {}, {}, {}
+            try:
+                for li, n in enumerate(order):
+                    try:
+                        errs[n], sweeps[n] = pending.result()
+                    except RuntimeError as e:
+                        raise PruneError("layer '%s': %s" % (n, e)) from e
+                    pending = pool.submit(sweep, order[li + 1]) if li + 1 < len(order) else None
+                    measured[n] = {}
                     for j in measure:
-                        w, b = sw[j]
-                        with torch.no_grad():
-                            lin.weight.copy_(torch.from_numpy(w).to(lin.weight.dtype))
-                            if lin.bias is not None:
-                                lin.bias.copy_(torch.from_numpy(b).to(lin.bias.dtype))
-                        measured[j] = max(0.0, model_loss(bi))
-                finally:
+                        set_weights(bl[n], *sweeps[n][j])
+                        measured[n][j] = max(0.0, block_error(bi, bmod, PH, ref))
                     with torch.no_grad():
-                        lin.weight.copy_(w0)
-                        if b0 is not None:
-                            lin.bias.copy_(b0)
-                if not all(math.isfinite(v) for v in measured.values()):
+                        bl[n].weight.copy_(saved[n][0])
+                        if saved[n][1] is not None:
+                            bl[n].bias.copy_(saved[n][1])
+                # the block's sensitivity: the model's loss per unit of block output error
+                if whole:
+                    alpha = 1.0
+                else:
+                    top = measure[-1]
+                    for n in order:
+                        set_weights(bl[n], *sweeps[n][top])
+                    e_all = block_error(bi, bmod, PH, ref)
+                    l_all = model_loss(bi)
+                    alpha = max(0.0, l_all) / e_all if e_all > 0 else 0.0
+            finally:
+                for n in order:
+                    with torch.no_grad():
+                        bl[n].weight.copy_(saved[n][0])
+                        if saved[n][1] is not None:
+                            bl[n].bias.copy_(saved[n][1])
+            for n in order:
+                lin, err = bl[n], errs[n]
+                m = {j: alpha * v for j, v in measured[n].items()}
+                if not all(math.isfinite(v) for v in m.values()):
                     raise PruneError("layer '%s': the loss of the model's output is not finite at density %s"
-                                     % (n, [dens[j] for j, v in measured.items() if not math.isfinite(v)]))
-                mj = sorted(measured)
-                ratio = [measured[j] / err[j] if err[j] > 0 else 0.0 for j in mj]
-                lossv = [measured[j] if j in measured else float(err[j] * np.interp(j, mj, ratio))
-                         for j in range(steps)]
+                                     % (n, [dens[j] for j, v in m.items() if not math.isfinite(v)]))
+                mj = sorted(m)
+                ratio = [m[j] / err[j] if err[j] > 0 else 0.0 for j in mj]
+                lossv = [m[j] if j in m else float(err[j] * np.interp(j, mj, ratio)) for j in range(steps)]
                 for j in range(steps - 2, -1, -1):  # monotone: more density never costs more loss
                     lossv[j] = max(lossv[j], lossv[j + 1])
                 lossv.append(0.0)
@@ -1084,6 +1140,7 @@ def profile(model, block_list, ins, selected, in_block, prof_batches, pruner, st
                 log("profile: %3d/%d %-50s loss at d = 1/4, 1/2, 3/4: %.2e %.2e %.2e (%.0f s)"
                     % (done, len(selected), n, lossv[steps // 4], lossv[steps // 2], lossv[3 * steps // 4],
                        time.perf_counter() - t0))
+            PH = ref
     finally:
         pool.shutdown(wait=True)
     names = {e["name"] for e in table["layers"]}
@@ -1095,6 +1152,15 @@ def profile(model, block_list, ins, selected, in_block, prof_batches, pruner, st
 
 
 # ---- helpers of prune() ---------------------------------------------------------------------
+
+def default_measure(sparsity, steps):
+    """The densities j/steps at which the profile runs the model by default: the target density
+    and half of it (where the knapsack's choices around the target are made; the other densities
+    are interpolated), or j = steps/4 and steps/2 for a latency budget."""
+    if sparsity is None:
+        return sorted({max(1, steps // 4), max(1, steps // 2)})
+    j = min(steps - 1, max(1, int(round((1 - float(sparsity)) * steps))))
+    return sorted({max(1, j // 2), j})
 
 def _logger(progress):
     if callable(progress):
@@ -1161,7 +1227,7 @@ def _global_densities(selected, sparsity, mode, g, ew):
 def prune(model, data, *, sparsity=None, budget_ms=None, mode="tw1", g=128, layers=None, ignore=DEFAULT_IGNORE,
           num_samples=512, max_seq_len=None, allocation="measured", sequential=True, target="dense", residual=True,
           norm_refit=None, loss=None, sequential_targets=None, profile_data=None, profile_samples=64, steps=16,
-          measure=(2, 4, 8, 12), latency_m=128, threads=None, damp=None, ew=None, tilejit=None, progress=True,
+          measure=None, latency_m=128, threads=None, damp=None, ew=None, tilejit=None, progress=True,
           recover=None, recover_steps=200, recover_lr=1e-4):
     """The engine of tilejit.torch.prune (documented there)."""
     t_all = time.perf_counter()
@@ -1240,7 +1306,8 @@ def prune(model, data, *, sparsity=None, budget_ms=None, mode="tw1", g=128, laye
         elif allocation == "global":
             density = _global_densities(selected, sparsity, mode, g, ew)
         else:
-            table = profile(model, block_list, ins, selected, in_block, prof_batches, pruner, steps, measure, loss, log)
+            table = profile(model, block_list, ins, selected, in_block, prof_batches, pruner, steps,
+                            default_measure(sparsity, steps) if measure is None else measure, loss, log)
             if budget_ms is not None:
                 times = latency_table({n: tuple(m.weight.shape) for n, m in selected.items()}, steps, latency_m, g,
                                       threads, tilejit, log)

@@ -681,7 +681,7 @@ from .recover import TileLinear, finetune, recover  # noqa: E402
 def prune(model, data, *, sparsity=None, budget_ms=None, mode="tw1", g=128, layers=None, ignore=DEFAULT_IGNORE,
           num_samples=512, max_seq_len=None, allocation="measured", sequential=True, target="dense", residual=True,
           norm_refit=None, loss=None, sequential_targets=None, profile_data=None, profile_samples=64, steps=16,
-          measure=(2, 4, 8, 12), latency_m=128, threads=None, damp=None, ew=None, tilejit=None, progress=True,
+          measure=None, latency_m=128, threads=None, damp=None, ew=None, tilejit=None, progress=True,
           recover=None, recover_steps=200, recover_lr=1e-4):
     """Prunes a model's nn.Linear layers tile-wise in place, calibrated on the user's data, and
     returns a PruneReport (per layer: density, relative output error against the dense model's
