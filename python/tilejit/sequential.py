@@ -1043,16 +1043,20 @@ def profile(model, block_list, ins, selected, in_block, prof_batches, pruner, st
                 del bm.forward
 
     def block_error(bi, bmod, PH, ref):
-        """The relative squared error of block bi's output on the profile batches (inputs PH)."""
+        """The error of block bi's output on the profile batches (inputs PH): the mean over real
+        tokens of each token's relative squared error, so that a few tokens with massive
+        activations (a decoder's attention sinks, thousands of times the others' norm) do not
+        stand for all of them."""
         if whole:
             return model_loss(bi)
-        num = den = 0.0
+        tot, count = 0.0, 0
         with torch.no_grad():
             for i, p in enumerate(pins):
                 o, r = _rows(_hidden_of(p.call(bmod, PH[i])), p.mask), _rows(ref[i], p.mask)
-                num += float(((o - r) ** 2).sum())
-                den += float((r * r).sum())
-        return num / max(den, 1e-30)
+                rn = (r * r).sum(1)
+                tot += float((((o - r) ** 2).sum(1) / rn.clamp(min=1e-12 * float(rn.mean()) + 1e-30)).sum())
+                count += r.shape[0]
+        return tot / max(count, 1)
 
     def set_weights(lin, w, b):
         with torch.no_grad():
