@@ -1059,10 +1059,11 @@ def profile(model, block_list, ins, selected, in_block, prof_batches, pruner, st
         return tot / max(count, 1)
 
     def set_weights(lin, w, b):
+        """Writes weights w and bias b (NumPy arrays or tensors) into lin."""
         with torch.no_grad():
-            lin.weight.copy_(torch.from_numpy(w).to(lin.weight.dtype))
+            lin.weight.copy_(torch.as_tensor(w).to(lin.weight.dtype))
             if lin.bias is not None:
-                lin.bias.copy_(torch.from_numpy(b).to(lin.bias.dtype))
+                lin.bias.copy_(torch.as_tensor(b).to(lin.bias.dtype))
 
     dens = [j / steps for j in range(steps + 1)]
     table = {"format": "tilejit-prune-profile", "version": 1, "densities": dens, "layers": [],
@@ -1106,10 +1107,7 @@ def profile(model, block_list, ins, selected, in_block, prof_batches, pruner, st
                     for j in measure:
                         set_weights(bl[n], *sweeps[n][j])
                         measured[n][j] = max(0.0, block_error(bi, bmod, PH, ref))
-                    with torch.no_grad():
-                        bl[n].weight.copy_(saved[n][0])
-                        if saved[n][1] is not None:
-                            bl[n].bias.copy_(saved[n][1])
+                    set_weights(bl[n], *saved[n])
                 # the block's sensitivity: the model's loss per unit of block output error
                 if whole:
                     alpha = 1.0
@@ -1122,10 +1120,7 @@ def profile(model, block_list, ins, selected, in_block, prof_batches, pruner, st
                     alpha = max(0.0, l_all) / e_all if e_all > 0 else 0.0
             finally:
                 for n in order:
-                    with torch.no_grad():
-                        bl[n].weight.copy_(saved[n][0])
-                        if saved[n][1] is not None:
-                            bl[n].bias.copy_(saved[n][1])
+                    set_weights(bl[n], *saved[n])
             for n in order:
                 lin, err = bl[n], errs[n]
                 m = {j: alpha * v for j, v in measured[n].items()}
