@@ -373,7 +373,8 @@ static int64_t share_begin(const int64_t *cum, int64_t npieces, int64_t j, int64
     return lo;
 }
 
-/* Share j of a decode-sized call: a contiguous run of pieces, all tokens. */
+/* Share j of a call: a contiguous run of pieces, all tokens, a piece's token chunks in turn
+ * (its weights stay in cache across them). */
 static void run_share(void *vp, int64_t j)
 {
     const run_args *a = vp;
@@ -382,7 +383,21 @@ static void run_share(void *vp, int64_t j)
     if (a->ready)
         for (int64_t b = 0; b * 32 < a->m; b++) xt_block_ready(a, b);
     for (int64_t s = share_begin(cl->cum, cl->info.nslots, j, a->nshares); s < s1; s++)
-        cl->item(a->xin, a->y, cl->pk->wp, cl->pk->bk, s, 0, a->m);
+        for (int64_t m0 = 0; m0 < a->m; m0 += a->chunk)
+            cl->item(a->xin, a->y, cl->pk->wp, cl->pk->bk, s, m0, m0 + a->chunk < a->m ? m0 + a->chunk : a->m);
+}
+
+/* Up to this many tokens, a call on several threads gives each thread one equal-cost share of
+ * the pieces (all tokens) when the config leaves the split to the runtime (mb auto, tile-major
+ * order, no AMX): measured on MiniLM's shapes at 50 % on 2 threads (bench/RESULTS.md, issue 25,
+ * round 4), 96-token items claimed one by one were up to 20 % slower at M = 128 and 256 and
+ * never faster up to M = 2048. */
+#define SHARE_MAX_M 512
+
+static int shares_pay(const tj_cpu_layer *cl, int64_t m, int64_t nchunks)
+{
+    const tj_cpu_config *c = &cl->cfg;
+    return nchunks == 1 || (m <= SHARE_MAX_M && c->mb == 0 && c->order == 0 && c->dot != TJ_CPU_DOT_AMX);
 }
 
 static void run_post(void *vp, int64_t i)
@@ -415,11 +430,11 @@ static tj_status layer_run(const tj_cpu_layer *cl, tj_pool *pool, int threads, c
     }
     a.nchunks = (m + a.chunk - 1) / a.chunk;
     int64_t nt = threads > 0 ? threads : tj_pool_threads(pool);
-    if (a.nchunks == 1 && nt > 1) {
-        /* one token chunk (decode, small batches): each thread takes an equal-cost run of
-         * pieces, the same run every call, so it streams only its share of the weights and a
-         * share that fits its core's cache stays there between calls (claiming pieces one by
-         * one would mix them between the cores' caches) */
+    if (nt > 1 && shares_pay(cl, m, a.nchunks)) {
+        /* one token chunk (decode, small batches) or a mid-sized M: each thread takes an
+         * equal-cost run of pieces, the same run every call, so it streams only its share of
+         * the weights and a share that fits its core's cache stays there between calls
+         * (claiming pieces one by one would mix them between the cores' caches) */
         a.nshares = nt < cl->info.nslots ? nt : cl->info.nslots;
         tj_pool_run(pool, (int)a.nshares, a.nshares, run_share, &a);
     } else {

@@ -172,10 +172,11 @@ static void test_cases(tj_cpu_jit *jit, tj_pool *pool)
     }
 }
 
-/* ---- 2b. decode-sized calls: the per-thread shares of work pieces (one token chunk, M ≤ mb),
- * exact token blocks for M ≤ 8, the k-blocking "auto" resolves to on long tiles, pieces narrower
- * than a column block; every M from 1 to 9 and around the chunk size, on 1, 2 and 4 threads,
- * each against the reference and bit for bit the single-thread result */
+/* ---- 2b. decode- and mid-sized calls: the per-thread shares of work pieces (one token chunk,
+ * M ≤ mb; and up to 512 tokens, each piece over its token chunks), exact token blocks for M ≤ 8,
+ * the k-blocking "auto" resolves to on long tiles, pieces narrower than a column block; every M
+ * from 1 to 9, around the chunk size and around 512 (where work items take over), on 1, 2 and 4
+ * threads, each against the reference and bit for bit the single-thread result */
 static void test_decode_splits(tj_cpu_jit *jit, tj_pool *pool)
 {
     static const wcase cases[] = {
@@ -186,7 +187,7 @@ static void test_decode_splits(tj_cpu_jit *jit, tj_pool *pool)
         {"ew", 130, 300, 64, 0.75, 1, 0.02, 0, TJ_ACT_GELU, TJ_BF16, 1},
         {"one tile", 20, 40, 20, 0.5, 1, 0, 0, TJ_ACT_NONE, TJ_F32, 1},   /* one piece, 2 threads */
     };
-    static const int64_t ms[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 95, 96, 97};
+    static const int64_t ms[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 95, 96, 97, 200, 512, 513};
     static const int threads[] = {2, 0}; /* 0: the pool's 4 */
     int vec = tj_cpu_host_vec(), id = 0;
     tj_cpu_config def = tj_cpu_config_default(), wide = def, kc5 = def, avx2 = tj_cpu_config_default_vec(8);
