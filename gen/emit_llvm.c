@@ -69,8 +69,12 @@ tj_cpu_config tj_cpu_config_default(void) { return tj_cpu_config_default_vec(tj_
  *   Narrower hosts: 4 rows × two vectors, no k-blocking.
  * prefetch: bytes ahead in a column block's weight stream that each kept row prefetches (every
  *   64-byte line of the row, into L1): 1024 (4 rows of 64 floats) took decode calls (M = 1-16)
- *   on 4096 × 11008 from 3.9 to 3.5 ms (M = 1) and 9.9 to 6.7 ms (M = 8), and changed nothing
- *   where the weights sit in L2 or the call is compute-bound (bench/RESULTS.md, issue 25).
+ *   on 4096 × 11008 from 3.9 to 3.5 ms (M = 1) and 9.9 to 6.7 ms (M = 8) on Sapphire Rapids,
+ *   and changed nothing where the weights sit in L2 or the call is compute-bound
+ *   (bench/RESULTS.md, issue 25). AMD Zen 4 differs: where the kept weights fit its 32 MB L3,
+ *   the prefetches cost 20-40 % at M = 1 (768 × 3072 at s = 0.5: 66 → 89 GB/s without them;
+ *   4096 × 4096: 30 → 43 GB/s), and beyond it they win or lose under 15 % (issue 25, round 6),
+ *   so hosts in cpu_prefetch_rule prefetch only layers whose kept weights exceed the L3 there.
  * order1_kept, order1_mb: order -1 (auto) runs work items token-chunk-major (order 1: a chunk
  *   of gathered X stays in L2 while every tile passes by) when tiles keep under order1_kept of
  *   k and the kept weights take at most order1_mb MB (each chunk streams them all again), else
@@ -88,6 +92,24 @@ static const struct cpu_blocking {
     {4, 4, 8, 0, 0, 0, 0.2, 1e9},
     {1, 4, 2, 0, 0, 0, 0.2, 1e9},
 };
+
+/* Hosts (LLVM CPU names, by prefix) whose prefetch pays only beyond an L3 of l3_mb MB of kept
+ * weights. Measured on Zen 4; Zen 5 keeps Zen 4's cache sizes per core complex. */
+static const struct {
+    const char *cpu;
+    double l3_mb;
+} cpu_prefetch_rule[] = {{"znver4", 32}, {"znver5", 32}};
+
+/* The prefetch distance for layer l on host cpu: the blocking's, unless the host's rule keeps
+ * the layer's kept weights (fp32 or bf16) inside its L3. */
+static int prefetch_for(const struct cpu_blocking *b, const char *cpu, const tj_layer *l, int weight_bytes)
+{
+    double mb = (double)tj_layer_kept(l) * weight_bytes / (1024.0 * 1024.0);
+    for (size_t i = 0; i < sizeof cpu_prefetch_rule / sizeof *cpu_prefetch_rule; i++)
+        if (!strncmp(cpu, cpu_prefetch_rule[i].cpu, strlen(cpu_prefetch_rule[i].cpu)) && mb <= cpu_prefetch_rule[i].l3_mb)
+            return 0;
+    return b->prefetch;
+}
 
 static const struct cpu_blocking *blocking_for(int vec)
 {
@@ -2034,7 +2056,7 @@ tj_status tj_cpu_emit_module_for(LLVMContextRef llctx, const tj_layer *l, const 
     e.yty = e.ybf ? e.i16 : e.f32;
     e.xpty = e.dp || e.amx ? e.i16 : e.f32;
     e.packed_item = cfg->pack ? cfg->pack : e.xbf;
-    e.pf = blocking_for(cfg->vec)->prefetch;
+    e.pf = prefetch_for(blocking_for(cfg->vec), e.cpu, l, cfg->weights == TJ_CPU_WEIGHTS_BF16 ? 2 : 4);
     e.vptr = LLVMVectorType(e.ptr, (unsigned)e.V);
     LLVMTypeRef mkp[MK_NARGS] = {e.ptr, e.ptr, e.ptr, e.ptr, e.i64, e.i64, e.ptr, e.ptr, e.i64, e.ptr, e.i64, e.i64};
     e.mk_ty = LLVMFunctionType(e.voidt, mkp, MK_NARGS, 0);

@@ -37,7 +37,7 @@ typedef enum tj_cpu_offsets {
  * serial: below this much work per call (kFLOP: 2 · (M + 4) · kept weights / 1000, the 4 for
  *   streaming the weights) the layer
  *   runs on the calling thread alone, so waking workers never costs more than it gains
- *   (0: the built-in TJ_CPU_SERIAL_KFLOP; -1: always parallel; the rule: gen/cpu_serial.h);
+ *   (0: the host's built-in threshold; -1: always parallel; the rule: gen/cpu_serial.h);
  * weights: how the packed weights are stored and loaded: "f32", or "bf16" (half the bytes per
  *   kept weight; each vector load widened to fp32 in registers, fp32 accumulation: exact for
  *   bf16 checkpoints, bf16 rounding for fp32 ones); "auto" (the default): bf16 when the layer's

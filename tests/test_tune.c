@@ -251,9 +251,12 @@ static void test_space(void)
     tj_tune_space_free(&s);
     /* "always parallel" joins exactly when the runtime's small-call rule (gen/cpu_serial.h) would
      * run the smallest tuned M serially, on the same count of kept weights (tj_layer_kept) */
-    CHECK(tj_cpu_serial_call(0, 1, 53999) && !tj_cpu_serial_call(0, 1, 54000) && !tj_cpu_serial_call(-1, 1, 1) &&
+    int64_t edge = tj_cpu_serial_default(tj_host_cpu_name()) * 100; /* 2 · (1 + 4) · kept = 1000 · kFLOP */
+    CHECK(tj_cpu_serial_default("sapphirerapids") == 540 && tj_cpu_serial_default("znver4") == 320 &&
+          tj_cpu_serial_default(NULL) == 540);
+    CHECK(tj_cpu_serial_call(0, 1, edge - 1) && !tj_cpu_serial_call(0, 1, edge) && !tj_cpu_serial_call(-1, 1, 1) &&
           tj_cpu_serial_call(500, 2, 41666) && !tj_cpu_serial_call(500, 2, 41667));
-    static const int64_t kepts[] = {53999, 54000};
+    const int64_t kepts[] = {edge - 1, edge};
     for (int i = 0; i < 2; i++) {
         tj_tune_host hk = h;
         hk.min_m = 1;
