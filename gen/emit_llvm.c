@@ -167,6 +167,9 @@ static const tj_cpu_config config_space[] = {
     {32, 32, TJ_CPU_OFFSETS_TABLE, 4, 32, 16, 64, 0, 1, 0, TJ_CPU_WEIGHTS_BF16, TJ_CPU_ACT_BF16, 0, TJ_CPU_DOT_AMX},
     {32, 16, TJ_CPU_OFFSETS_TABLE, 4, 128, 16, 128, 0, 0, 0, TJ_CPU_WEIGHTS_BF16, TJ_CPU_ACT_BF16, TJ_CPU_ACT_BF16, TJ_CPU_DOT_AMX},
     {16, 32, TJ_CPU_OFFSETS_TABLE, 4, 16, 16, 32, 0, 0, 0, TJ_CPU_WEIGHTS_BF16, TJ_CPU_ACT_BF16, TJ_CPU_ACT_BF16, TJ_CPU_DOT_AMX},
+    /* AMX with x as the A operand (the default up to 16 tokens): 16 × 64, 16 × 32, bf16 y */
+    {16, 64, TJ_CPU_OFFSETS_TABLE, 4, 0, 16, 0, 0, 0, 0, TJ_CPU_WEIGHTS_BF16, TJ_CPU_ACT_BF16, 0, TJ_CPU_DOT_AMX_X},
+    {16, 32, TJ_CPU_OFFSETS_TABLE, 4, 32, 16, 0, 0, 0, 0, TJ_CPU_WEIGHTS_BF16, TJ_CPU_ACT_BF16, TJ_CPU_ACT_BF16, TJ_CPU_DOT_AMX_X},
 };
 
 const tj_cpu_config *tj_cpu_config_space(int *count)
@@ -211,8 +214,11 @@ static int amx_tiles_c(const tj_cpu_config *c) { return (c->mr / TJ_AMX_ROWS) * 
 static int amx_tiles_b(const tj_cpu_config *c) { return 8 - amx_tiles_c(c) - c->mr / TJ_AMX_ROWS; }
 static int amx_block_ok(const tj_cpu_config *c)
 {
+    if (c->dot == TJ_CPU_DOT_AMX_X) return c->mr >= 1 && c->mr <= TJ_AMX_ROWS && c->nr >= 16 && c->nr <= 64 && c->nr % 16 == 0;
     return (c->mr == 16 || c->mr == 32) && c->nr >= 16 && c->nr <= 64 && c->nr % 16 == 0 && amx_tiles_b(c) >= 1;
 }
+
+int tj_cpu_dot_amx(int dot) { return dot == TJ_CPU_DOT_AMX || dot == TJ_CPU_DOT_AMX_X; }
 
 int tj_cpu_host_vec(void)
 {
@@ -223,7 +229,7 @@ int tj_cpu_host_vec(void)
 int64_t tj_cpu_config_mb(const tj_cpu_config *c)
 {
     int mr = c->mr < 1 ? 1 : c->mr;
-    int base = c->dot == TJ_CPU_DOT_AMX ? 64 : c->order == 1 ? 48 : 96;
+    int base = tj_cpu_dot_amx(c->dot) ? 64 : c->order == 1 ? 48 : 96;
     return c->mb > 0 ? (c->mb + mr - 1) / mr * mr : mr * ((base + mr / 2) / mr);
 }
 
@@ -245,6 +251,7 @@ void tj_cpu_config_resolve(tj_cpu_config *c, const tj_layer *l)
         }
         /* the register-block defaults (6 × 64, 4 × 24) are no AMX block */
         if (c->dot == TJ_CPU_DOT_AMX && !amx_block_ok(c)) c->mr = 32, c->nr = 32;
+        if (c->dot == TJ_CPU_DOT_AMX_X && !amx_block_ok(c)) c->mr = 16, c->nr = 64;
     }
     if (c->kc < 0) { /* auto: the blocking table, for configs that can k-block at all */
         const struct cpu_blocking *b = blocking_for(c->vec);
@@ -260,10 +267,11 @@ void tj_cpu_config_resolve_m(tj_cpu_config *c, const tj_layer *l, int64_t m)
 {
     int vec = c->vec ? c->vec : tj_cpu_host_vec();
     if (c->dtype == TJ_CPU_ACT_BF16 && c->dot == TJ_CPU_DOT_AUTO && vec == 16 && tj_cpu_host_amx() && m > 0) {
-        /* measured (bench/RESULTS.md, issue 25): at M = 1 vdpbf16ps beats a 16-row tile 1.3-1.6×;
-         * at M = 16 the 16 × 64 block beats 32 × 32 by 10-25 % */
-        if (m <= 8) c->dot = TJ_CPU_DOT_DPBF16;
-        else if (m <= 16) c->dot = TJ_CPU_DOT_AMX, c->mr = 16, c->nr = 64;
+        /* measured (bench/RESULTS.md, issue 25, round 6): up to 16 tokens amx_x 16 × 32 beats
+         * vdpbf16ps (M = 8: 2.6-5.5×; M = 1: 1.0-1.2×) and amx (M = 16: up to 1.7×; 16 × 64 lost
+         * up to 1.8× to it: four feature tiles share three B tile registers); above, amx 32 × 32
+         * wins on every shape but 384 × 384 (4096 × 4096, M = 32: 1.5×) */
+        if (m <= 16) c->dot = TJ_CPU_DOT_AMX_X, c->mr = 16, c->nr = 32;
     }
     tj_cpu_config_resolve(c, l);
 }
@@ -283,7 +291,7 @@ int64_t tj_cpu_xt_elems(const tj_layer *l, int64_t m)
 
 tj_status tj_cpu_plan_build(const tj_layer *l, const tj_cpu_config *cfg, tj_plan *out, tj_error *err)
 {
-    return tj_plan_build_rows(l, cfg->vec, cfg->dot == TJ_CPU_DOT_AMX ? TJ_AMX_K : 1, out, err);
+    return tj_plan_build_rows(l, cfg->vec, tj_cpu_dot_amx(cfg->dot) ? TJ_AMX_K : 1, out, err);
 }
 
 int64_t tj_cpu_config_kc(const tj_cpu_config *c)
@@ -301,12 +309,14 @@ tj_status tj_cpu_config_check(const tj_cpu_config *c, tj_error *err)
 {
     if (c->vec != 1 && c->vec != 4 && c->vec != 8 && c->vec != 16)
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: vec %d is not 1, 4, 8 or 16", c->vec);
-    if (c->dot == TJ_CPU_DOT_AMX) {
+    if (tj_cpu_dot_amx(c->dot)) {
+        const char *dn = c->dot == TJ_CPU_DOT_AMX ? "amx" : "amx_x";
         if (c->vec != 16)
-            return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: dot amx needs vec 16 (AVX-512), not %d", c->vec);
+            return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: dot %s needs vec 16 (AVX-512), not %d", dn, c->vec);
         if (!amx_block_ok(c))
-            return tj_fail(err, TJ_ERR_INVALID_ARGUMENT,
-                           "cpu config: dot amx takes mr 16 or 32 and nr 16, 32, 48 or 64 within 8 tiles (mr %d × nr %d)", c->mr, c->nr);
+            return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: dot %s takes mr %s and nr 16, 32, 48 or 64%s (mr %d × nr %d)", dn,
+                           c->dot == TJ_CPU_DOT_AMX ? "16 or 32" : "1 to 16", c->dot == TJ_CPU_DOT_AMX ? " within 8 tiles" : "", c->mr,
+                           c->nr);
     } else if (c->mr < 1 || c->mr > TJ_CPU_MAX_MR) {
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: mr %d is outside [1, %d]", c->mr, TJ_CPU_MAX_MR);
     }
@@ -314,7 +324,7 @@ tj_status tj_cpu_config_check(const tj_cpu_config *c, tj_error *err)
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: nr %d is not a multiple of the vector width %d (at most 256)",
                        c->nr, c->vec);
     int nv = c->nr / c->vec;
-    if (c->dot != TJ_CPU_DOT_AMX && c->mr * nv + nv + 1 > vec_regs(c->vec))
+    if (!tj_cpu_dot_amx(c->dot) && c->mr * nv + nv + 1 > vec_regs(c->vec))
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT,
                        "cpu config: mr %d × nr %d needs %d vector registers, the host has %d", c->mr, c->nr,
                        c->mr * nv + nv + 1, vec_regs(c->vec));
@@ -324,9 +334,9 @@ tj_status tj_cpu_config_check(const tj_cpu_config *c, tj_error *err)
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: order %d is not -1 (auto), 0 or 1", c->order);
     if (c->pack < 0 || c->pack > 2)
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: pack %d is not 0, 1 or 2", c->pack);
-    if (c->pack == 2 && (c->dot == TJ_CPU_DOT_DPBF16 || c->dot == TJ_CPU_DOT_AMX))
+    if (c->pack == 2 && (c->dot == TJ_CPU_DOT_DPBF16 || tj_cpu_dot_amx(c->dot)))
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: dot %s reads X as row pairs (pack 0 or 1, not the pack 2 panels)",
-                       c->dot == TJ_CPU_DOT_AMX ? "amx" : "dpbf16");
+                       c->dot == TJ_CPU_DOT_AMX ? "amx" : c->dot == TJ_CPU_DOT_AMX_X ? "amx_x" : "dpbf16");
     if (c->pack && c->offsets == TJ_CPU_OFFSETS_UNROLLED)
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: pack needs \"offsets\": \"table\" (packed rows need no offsets)");
     if (c->kc < -1 || c->kc > 1 << 24)
@@ -335,7 +345,7 @@ tj_status tj_cpu_config_check(const tj_cpu_config *c, tj_error *err)
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: weights %d is not auto, f32 or bf16", c->weights);
     if (c->serial < -1)
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: serial %d is not -1 (always parallel), 0 (built-in) or a kFLOP threshold", c->serial);
-    if (c->dtype < 0 || c->dtype > 1 || c->out < 0 || c->out > 1 || c->dot < 0 || c->dot > TJ_CPU_DOT_AMX)
+    if (c->dtype < 0 || c->dtype > 1 || c->out < 0 || c->out > 1 || c->dot < 0 || c->dot > TJ_CPU_DOT_AMX_X)
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: dtype/out/dot out of range");
     if (c->dtype == TJ_CPU_ACT_BF16 && c->offsets == TJ_CPU_OFFSETS_UNROLLED)
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: dtype bf16 needs \"offsets\": \"table\" (bf16 X is staged like pack 1)");
@@ -418,7 +428,7 @@ tj_status tj_cpu_config_from_json(const char *json, tj_cpu_config *out, tj_error
             goto done;
         }
     }
-    static const char *const act_names[] = {"f32", "bf16", NULL}, *const dot_names[] = {"auto", "fma", "dpbf16", "amx", NULL};
+    static const char *const act_names[] = {"f32", "bf16", NULL}, *const dot_names[] = {"auto", "fma", "dpbf16", "amx", "amx_x", NULL};
     if ((s = json_enum(o, "dtype", act_names, &out->dtype, err))) goto done;
     if ((s = json_enum(o, "out", act_names, &out->out, err))) goto done;
     if ((s = json_enum(o, "dot", dot_names, &out->dot, err))) goto done;
@@ -448,7 +458,9 @@ char *tj_cpu_config_to_json(const tj_cpu_config *c)
     if (c->out) o += (size_t)snprintf(ser + o, sizeof ser - o, ", \"out\": \"bf16\"");
     if (c->dot)
         snprintf(ser + o, sizeof ser - o, ", \"dot\": \"%s\"",
-                 c->dot == TJ_CPU_DOT_AMX ? "amx" : c->dot == TJ_CPU_DOT_DPBF16 ? "dpbf16" : "fma");
+                 c->dot == TJ_CPU_DOT_AMX    ? "amx"
+                 : c->dot == TJ_CPU_DOT_AMX_X ? "amx_x"
+                 : c->dot == TJ_CPU_DOT_DPBF16 ? "dpbf16" : "fma");
     snprintf(buf, sizeof buf,
              "{\"mr\": %d, \"nr\": %d, \"offsets\": \"%s\", \"unroll\": %d, \"mb\": %d, \"kc\": %d, \"pack\": %d, \"order\": %d, \"vec\": %d%s}",
              c->mr, c->nr, c->offsets == TJ_CPU_OFFSETS_UNROLLED ? "unrolled" : "table", c->unroll, c->mb, c->kc, c->pack,
@@ -459,19 +471,20 @@ char *tj_cpu_config_to_json(const tj_cpu_config *c)
 void tj_cpu_pack_weights(const tj_plan *p, const tj_cpu_config *cfg, const void *w, tj_dtype wdt, void *dst)
 {
     const tj_layer *l = p->layer;
-    int bf = cfg->weights == TJ_CPU_WEIGHTS_BF16, amx = cfg->dot == TJ_CPU_DOT_AMX;
+    int bf = cfg->weights == TJ_CPU_WEIGHTS_BF16, amx = tj_cpu_dot_amx(cfg->dot), amx_x = cfg->dot == TJ_CPU_DOT_AMX_X;
     int pairs = cfg->dot == TJ_CPU_DOT_DPBF16;
     int64_t nrb = cfg->nr;
     memset(dst, 0, (size_t)p->packed_elems * (bf ? 2 : 4));
-    if (amx) { /* AMX A tiles, each 1 KB contiguous: 16 features × 32 kept rows */
+    if (amx) { /* 1 KB tiles per 16 features and 32 kept rows: amx, A tiles (16 features × 32
+                * kept rows); amx_x, B tiles (16 kept-row pairs × 16 features × 2) */
         for (int64_t t = 0; t < l->ntiles; t++) {
             const int32_t *rows = l->tile_rows + l->tile_ptr[t];
             int64_t nr = tj_tile_nrows(l, t), width = tj_tile_width(l, t), steps = tj_plan_rows(p, t) / 32;
             for (int64_t c = 0; c < width; c++) {
                 int64_t base = tj_layer_col(l, t * l->g + c) * l->k;
-                uint16_t *d = (uint16_t *)dst + p->off[t] + c / 16 * steps * 512 + c % 16 * 32;
+                uint16_t *d = (uint16_t *)dst + p->off[t] + c / 16 * steps * 512 + c % 16 * (amx_x ? 2 : 32);
                 for (int64_t r = 0; r < nr; r++)
-                    d[r / 32 * 512 + r % 32] = wdt == TJ_BF16 ? tj_load_u16(w, base + rows[r])
+                    d[r / 32 * 512 + (amx_x ? r % 32 / 2 * 32 + r % 2 : r % 32)] = wdt == TJ_BF16 ? tj_load_u16(w, base + rows[r])
                                                                : tj_f32_to_bf16(tj_load_f32(w, wdt, base + rows[r]));
             }
         }
@@ -553,7 +566,8 @@ typedef struct em {
     int packed_item;            /* X staging of the item: 0 none, 1 token rows, 2 mr-token panels */
     int xbf, ybf, dp;           /* x bf16, y bf16, vdpbf16ps inner product */
     int pf;                     /* weight prefetch distance in bytes (0: none) */
-    int amx;                    /* AMX tiles (TDPBF16PS) */
+    int amx;                    /* AMX tiles (TDPBF16PS), the weights as A */
+    int amx_x;                  /* AMX tiles, x as A */
     int compress;               /* stage bf16 X with vpcompressw (AVX512-VBMI2) */
     LLVMValueRef g_win, g_wptr; /* staging windows (emit_win_tables) */
     LLVMTypeRef xty, yty, xpty; /* element types of x, y and the staged X (f32 or i16) */
@@ -1897,6 +1911,166 @@ static tj_status emit_item_amx(em *e, tj_cpu_emit_info *info, tj_error *err)
     return TJ_OK;
 }
 
+/* dot amx_x: x as the A operand, as oneDNN's AMX matmul has it. A block of r ≤ 16 tokens is
+ * one A tile of r rows (the staged panel: each token's kept features, contiguous; emit_stage_x),
+ * each 16 features one B tile (16 kept-row pairs × 16 features × 2, packed once) and one C tile
+ * of r rows × 16 features, y's own layout: no transposes, and the tile unit works on r rows
+ * only, so a decode call (r = 1) streams the weights at the rate tileloadd brings them in.
+ * Tile registers, fixed for every block: A = 0, C[i] = 1 + i (i < 4), B = 5..7 (rotating when
+ * there are four feature tiles); the configuration gives tiles 0..4 r rows. */
+enum { XB_X, XB_XS, XB_W, XB_GS, XB_STEPS, XB_Y, XB_BK, XB_COLS, XB_VALID, XB_ROWS, XB_NARGS };
+
+/* Block: r tokens × fa × 16 features over `steps` k-steps of 32 kept rows; C starts as the bias
+ * (a stride-0 tile load), and leaves straight into y (fp32 y, no activation, whole block) or
+ * through a stack buffer into the epilogue. */
+static LLVMValueRef emit_amx_x_block(em *e, int fa, LLVMTypeRef fty)
+{
+    char name[128];
+    snprintf(name, sizeof name, "%s.amxx_%d", e->prefix, fa);
+    LLVMValueRef fn = new_fn(e, name, fty, 1);
+    amx_fns a = amx_intrinsics(e);
+    LLVMValueRef xb = LLVMGetParam(fn, XB_X), xs = LLVMGetParam(fn, XB_XS), w = LLVMGetParam(fn, XB_W), gs = LLVMGetParam(fn, XB_GS);
+    LLVMValueRef y = LLVMGetParam(fn, XB_Y), bk = LLVMGetParam(fn, XB_BK), rows = LLVMGetParam(fn, XB_ROWS);
+    LLVMPositionBuilderAtEnd(e->b, LLVMAppendBasicBlockInContext(e->c, fn, "entry"));
+    int64_t ctw = (int64_t)fa * 16; /* a token row of C, floats */
+    LLVMValueRef ct = LLVMBuildArrayAlloca(e->b, e->f32, ci64(e, TJ_AMX_ROWS * ctw), "ct");
+    LLVMSetAlignment(ct, 64);
+    for (int i = 0; i < fa; i++) tile_mem(e, &a, 0, 1 + i, gep(e, e->f32, bk, ci64(e, 16 * i)), ci64(e, 0));
+    LLVMValueRef xstride = LLVMBuildMul(e->b, xs, ci64(e, 2), "");
+    loop kl;
+    loop_begin(e, fn, &kl, ci64(e, 0), LLVMGetParam(fn, XB_STEPS), ci64(e, 1));
+    tile_mem(e, &a, 0, 0, gep(e, e->i16, xb, LLVMBuildMul(e->b, kl.iv, ci64(e, 32), "")), xstride);
+    LLVMValueRef wk = gep(e, e->i16, w, LLVMBuildMul(e->b, kl.iv, ci64(e, 16 * 32), ""));
+    for (int i = 0; i < fa; i++) {
+        int bt = 5 + i % 3;
+        tile_mem(e, &a, 0, bt, gep(e, e->i16, wk, LLVMBuildMul(e->b, gs, ci64(e, i), "")), ci64(e, 64));
+        LLVMValueRef d[3] = {ci8(e, 1 + i), ci8(e, 0), ci8(e, bt)};
+        call(e, a.dp_ty, a.dp, d, 3);
+    }
+    loop_end(e, &kl);
+    if (!e->fused_act && !e->ybf && !e->l->cols) {
+        LLVMBasicBlockRef direct = LLVMAppendBasicBlockInContext(e->c, fn, "store.direct");
+        LLVMBasicBlockRef via = LLVMAppendBasicBlockInContext(e->c, fn, "store.rows");
+        LLVMBuildCondBr(e->b, LLVMBuildICmp(e->b, LLVMIntEQ, LLVMGetParam(fn, XB_VALID), ci64(e, 16 * fa), ""), direct, via);
+        LLVMPositionBuilderAtEnd(e->b, direct);
+        for (int i = 0; i < fa; i++) tile_mem(e, &a, 1, 1 + i, gep(e, e->f32, y, ci64(e, 16 * i)), ci64(e, 4 * e->l->n));
+        LLVMBuildRetVoid(e->b);
+        LLVMPositionBuilderAtEnd(e->b, via);
+    }
+    for (int i = 0; i < fa; i++) tile_mem(e, &a, 1, 1 + i, gep(e, e->f32, ct, ci64(e, 16 * i)), ci64(e, 4 * ctw));
+    loop rl; /* the epilogue (bias already in C), one token row at a time */
+    loop_begin(e, fn, &rl, ci64(e, 0), rows, ci64(e, 1));
+    LLVMValueRef vals[4];
+    LLVMValueRef crow = gep(e, e->f32, ct, LLVMBuildMul(e->b, rl.iv, ci64(e, ctw), ""));
+    for (int i = 0; i < fa; i++) vals[i] = load(e, e->vf, gep(e, e->f32, crow, ci64(e, 16 * i)), 64);
+    LLVMValueRef yrow = gep(e, e->yty, y, LLVMBuildMul(e->b, rl.iv, ci64(e, e->l->n), ""));
+    LLVMBasicBlockRef next = LLVMAppendBasicBlockInContext(e->c, fn, "row.next");
+    emit_epilogue_at(e, 1, fa, fn, vals, yrow, NULL, LLVMGetParam(fn, XB_COLS), LLVMGetParam(fn, XB_VALID), next);
+    LLVMPositionBuilderAtEnd(e->b, next);
+    loop_end(e, &rl);
+    LLVMBuildRetVoid(e->b);
+    return fn;
+}
+
+/* item(x, y, wp, bk, slot, m0, m1) for dot amx_x (x bf16):
+ *   for each block of r ≤ mr tokens:
+ *     ldtilecfg (tiles 0..4 r rows, the B tiles 16; every tile 64 bytes wide)
+ *     stage the block's kept features of x (token rows xs apart, xs = the tile's kept rows
+ *       rounded up to 32; zeros past them: padded weights are zero, and 0 · NaN would not be)
+ *     for each column block of nr features:  amxx_<fa>(...)
+ *   tilerelease (the thread leaves no tile state behind between items) */
+static tj_status emit_item_amx_x(em *e, tj_cpu_emit_info *info, tj_error *err)
+{
+    const tj_layer *l = e->l;
+    int mr = e->cfg->mr, nb = e->cfg->nr / 16;
+    if (!e->compress)
+        return tj_fail(err, TJ_ERR_UNSUPPORTED, "layer '%s': dot amx_x needs AVX512-VBMI2 (vpcompressw) in the target features", l->name);
+    int need_nb[5] = {0};
+    int64_t xsmax = 32;
+    for (int64_t t = 0; t < l->ntiles; t++) {
+        int64_t w = tj_tile_width(l, t), rest = w % (16 * nb), nr = tj_tile_nrows(l, t);
+        if (w >= 16 * nb) need_nb[nb] = 1;
+        if (rest) need_nb[(rest + 15) / 16] = 1;
+        if ((nr + 31) / 32 * 32 > xsmax) xsmax = (nr + 31) / 32 * 32;
+    }
+    LLVMTypeRef bp[XB_NARGS] = {e->ptr, e->i64, e->ptr, e->i64, e->i64, e->ptr, e->ptr, e->ptr, e->i64, e->i64};
+    LLVMTypeRef bty = LLVMFunctionType(e->voidt, bp, XB_NARGS, 0);
+    LLVMValueRef blk[4];
+    for (int i = 1; i <= nb; i++) blk[i - 1] = need_nb[i] ? emit_amx_x_block(e, i, bty) : LLVMConstNull(e->ptr);
+    LLVMValueRef blk_tab = const_global(e, "amxx", LLVMConstArray2(e->ptr, blk, (uint64_t)nb));
+    uint8_t cfgb[64] = {1}; /* palette 1, tiles 0..7 of 16 rows × 64 bytes; rows set per block */
+    for (int t = 0; t < 8; t++) cfgb[16 + 2 * t] = 64, cfgb[48 + t] = TJ_AMX_ROWS;
+    LLVMValueRef cel[64];
+    for (int i = 0; i < 64; i++) cel[i] = LLVMConstInt(e->i8, cfgb[i], 0);
+    LLVMTypeRef cfg_arr = LLVMArrayType2(e->i8, 64);
+    LLVMValueRef g_tcfg = const_global(e, "tilecfg", LLVMConstArray2(e->i8, cel, 64));
+    LLVMTypeRef cfg_ty, rel_ty, st_ty, v32 = LLVMVectorType(e->i16, 32), st_ov[2] = {v32, e->ptr};
+    LLVMValueRef ldcfg = intrinsic(e, "llvm.x86.ldtilecfg", NULL, 0, &cfg_ty);
+    LLVMValueRef release = intrinsic(e, "llvm.x86.tilerelease", NULL, 0, &rel_ty);
+    LLVMValueRef mstore = intrinsic(e, "llvm.masked.store", st_ov, 2, &st_ty);
+
+    LLVMTypeRef ps[7] = {e->ptr, e->ptr, e->ptr, e->ptr, e->i64, e->i64, e->i64};
+    LLVMValueRef fn = new_fn(e, info->item_name, LLVMFunctionType(e->voidt, ps, 7, 0), 0);
+    LLVMValueRef x = LLVMGetParam(fn, 0), y = LLVMGetParam(fn, 1), wp = LLVMGetParam(fn, 2), bk = LLVMGetParam(fn, 3);
+    LLVMValueRef slot = LLVMGetParam(fn, 4), m0 = LLVMGetParam(fn, 5), m1 = LLVMGetParam(fn, 6);
+    LLVMPositionBuilderAtEnd(e->b, LLVMAppendBasicBlockInContext(e->c, fn, "entry"));
+    LLVMValueRef xp = LLVMBuildArrayAlloca(e->b, e->i16, ci64(e, mr * xsmax + 32), "xpanel"); /* + staging's spill */
+    LLVMSetAlignment(xp, 64);
+    LLVMValueRef tcfg = LLVMBuildAlloca(e->b, cfg_arr, "tilecfg");
+    LLVMSetAlignment(tcfg, 64);
+    store(e, load(e, cfg_arr, g_tcfg, 64), tcfg, 64);
+    LLVMValueRef tv[T_NTAB];
+    for (int i = 0; i < T_NTAB; i++) tv[i] = load(e, e->i64, gep(e, e->i64, e->g_tab[i], slot), 8);
+    LLVMValueRef nrows = tv[T_NROWS], steps = amx_steps(e, nrows);
+    LLVMValueRef xs = LLVMBuildMul(e->b, steps, ci64(e, 32), "xs");
+    /* the lanes of a token row's last k-step past its kept rows, zeroed after staging */
+    LLVMValueRef npad = LLVMBuildTrunc(e->b, LLVMBuildSub(e->b, xs, nrows, ""), e->i32, "");
+    LLVMValueRef padm = LLVMBuildBitCast(
+        e->b, LLVMBuildSub(e->b, LLVMBuildShl(e->b, ci32(e, 1), npad, ""), ci32(e, 1), ""), LLVMVectorType(e->i1, 32), "padmask");
+    LLVMValueRef nrv = ci64(e, 16 * nb);
+    loop tl;
+    loop_begin(e, fn, &tl, m0, m1, ci64(e, mr));
+    LLVMValueRef r = smin(e, ci64(e, mr), LLVMBuildSub(e->b, m1, tl.iv, ""));
+    LLVMValueRef r8 = LLVMBuildTrunc(e->b, r, e->i8, "");
+    for (int t = 0; t < 5; t++) store(e, r8, gep(e, e->i8, tcfg, ci64(e, 48 + t)), 1);
+    call(e, cfg_ty, ldcfg, &tcfg, 1);
+    emit_stage_x(e, fn, x, tl.iv, LLVMBuildAdd(e->b, tl.iv, r, ""), slot, xp, xs);
+    {   /* npad < 32 lanes from kept row nrows on, inside the row (a later row's staging has
+         * overwritten this row's spill) */
+        loop zl;
+        loop_begin(e, fn, &zl, ci64(e, 0), r, ci64(e, 1));
+        LLVMValueRef at = gep(e, e->i16, xp, LLVMBuildAdd(e->b, LLVMBuildMul(e->b, zl.iv, xs, ""), nrows, ""));
+        LLVMValueRef sa[4] = {LLVMConstNull(v32), at, ci32(e, 2), padm};
+        call(e, st_ty, mstore, sa, 4);
+        loop_end(e, &zl);
+    }
+    LLVMValueRef yt = gep(e, e->yty, y, LLVMBuildMul(e->b, tl.iv, ci64(e, l->n), ""));
+    loop cb;
+    loop_begin(e, fn, &cb, ci64(e, 0), tv[T_WIDTH], nrv);
+    LLVMValueRef valid = smin(e, nrv, LLVMBuildSub(e->b, tv[T_WIDTH], cb.iv, ""));
+    LLVMValueRef fa = LLVMBuildLShr(e->b, LLVMBuildAdd(e->b, valid, ci64(e, 15), ""), ci64(e, 4), "");
+    LLVMValueRef colstart = LLVMBuildAdd(e->b, tv[T_COLBASE], cb.iv, "");
+    LLVMValueRef args[XB_NARGS];
+    args[XB_X] = xp;
+    args[XB_XS] = xs;
+    /* feature group cb/16's B tiles (gs apart) */
+    args[XB_W] = gep(e, e->i16, wp, LLVMBuildAdd(e->b, tv[T_WOFF], LLVMBuildMul(e->b, cb.iv, tv[T_LDK], ""), ""));
+    args[XB_GS] = LLVMBuildMul(e->b, tv[T_LDK], ci64(e, 16), "gs");
+    args[XB_STEPS] = steps;
+    args[XB_Y] = l->cols ? yt : gep(e, e->yty, yt, colstart);
+    args[XB_BK] = gep(e, e->f32, bk, colstart);
+    args[XB_COLS] = e->g_cols ? gep(e, e->i32, e->g_cols, colstart) : LLVMConstNull(e->ptr);
+    args[XB_VALID] = valid;
+    args[XB_ROWS] = r;
+    LLVMBuildCall2(e->b, bty, load(e, e->ptr, gep(e, e->ptr, blk_tab, LLVMBuildSub(e->b, fa, ci64(e, 1), "")), 8), args, XB_NARGS, "");
+    loop_end(e, &cb);
+    loop_end(e, &tl);
+    call(e, rel_ty, release, NULL, 0);
+    LLVMBuildRetVoid(e->b);
+    info->rows_emitted = 0;
+    return TJ_OK;
+}
+
 /* post: features outside the tiles' fused epilogue — pruned ones (act(bias) or 0) and, with
  * ew, every feature that has ew entries (or all features when an activation must follow). */
 static tj_status emit_post(em *e, tj_cpu_emit_info *info, tj_error *err)
@@ -2016,7 +2190,7 @@ tj_status tj_cpu_emit_module_for(LLVMContextRef llctx, const tj_layer *l, const 
     TJ_TRY(tj_cpu_config_check(cfg, err));
     if (cfg->dtype == TJ_CPU_ACT_BF16 && (cfg->weights != TJ_CPU_WEIGHTS_BF16 || cfg->dot == TJ_CPU_DOT_AUTO))
         return tj_fail(err, TJ_ERR_INTERNAL, "layer '%s': dtype bf16 config not resolved (weights, dot)", l->name);
-    if (plan->pad != cfg->vec || plan->rpad != (cfg->dot == TJ_CPU_DOT_AMX ? TJ_AMX_K : 1))
+    if (plan->pad != cfg->vec || plan->rpad != (tj_cpu_dot_amx(cfg->dot) ? TJ_AMX_K : 1))
         return tj_fail(err, TJ_ERR_INTERNAL, "layer '%s': plan padded to %lld features and %lld rows, not config's", l->name,
                        (long long)plan->pad, (long long)plan->rpad);
     em e;
@@ -2051,10 +2225,11 @@ tj_status tj_cpu_emit_module_for(LLVMContextRef llctx, const tj_layer *l, const 
     e.ybf = cfg->out == TJ_CPU_ACT_BF16;
     e.dp = e.xbf && cfg->dot == TJ_CPU_DOT_DPBF16;
     e.amx = e.xbf && cfg->dot == TJ_CPU_DOT_AMX;
-    e.compress = e.dp && strstr(e.features, "+avx512vbmi2") && strstr(e.features, "+avx512bw");
+    e.amx_x = e.xbf && cfg->dot == TJ_CPU_DOT_AMX_X;
+    e.compress = (e.dp || e.amx_x) && strstr(e.features, "+avx512vbmi2") && strstr(e.features, "+avx512bw");
     e.xty = e.xbf ? e.i16 : e.f32;
     e.yty = e.ybf ? e.i16 : e.f32;
-    e.xpty = e.dp || e.amx ? e.i16 : e.f32;
+    e.xpty = e.dp || e.amx || e.amx_x ? e.i16 : e.f32;
     e.packed_item = cfg->pack ? cfg->pack : e.xbf;
     e.pf = prefetch_for(blocking_for(cfg->vec), e.cpu, l, cfg->weights == TJ_CPU_WEIGHTS_BF16 ? 2 : 4);
     e.vptr = LLVMVectorType(e.ptr, (unsigned)e.V);
@@ -2078,7 +2253,7 @@ tj_status tj_cpu_emit_module_for(LLVMContextRef llctx, const tj_layer *l, const 
     info->fused_act = e.fused_act;
     tj_status s = emit_tables(&e, info, err);
     if (s == TJ_OK && e.compress) s = emit_win_tables(&e, err);
-    if (s == TJ_OK) s = e.amx ? emit_item_amx(&e, info, err) : emit_item(&e, info, err);
+    if (s == TJ_OK) s = e.amx ? emit_item_amx(&e, info, err) : e.amx_x ? emit_item_amx_x(&e, info, err) : emit_item(&e, info, err);
     if (s == TJ_OK) s = emit_post(&e, info, err);
     if (s == TJ_OK && e.oom) s = tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "layer '%s': out of memory emitting IR", l->name);
     if (s == TJ_OK) {

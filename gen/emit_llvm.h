@@ -50,7 +50,10 @@ typedef enum tj_cpu_offsets {
  *   packed as row pairs, the staged X as bf16 pairs), "amx" (AMX tiles, TDPBF16PS: the weights
  *   packed as row pairs with each tile's rows padded to 32, the staged X in k-chunks of kc kept
  *   rows; mr 16 or 32 tokens and nr 16..64 features per block, at most 8 tiles: (mr/16)·(nr/16)
- *   accumulators, mr/16 for X and at least one for weights), "auto" (amx where the target CPU
+ *   accumulators, mr/16 for X and at least one for weights), "amx_x" (AMX tiles with x as the
+ *   A operand: each block's tokens are the rows of one X tile, 1 to mr ≤ 16 of them, so a
+ *   decode-sized call does a decode-sized tile product; the staged X as token rows of kept
+ *   features, the weights as VNNI B tiles; nr 16..64; no k-chunks), "auto" (amx where the target CPU
  *   has AMX-BF16 and Linux granted its state, dpbf16 where it has avx512bf16, with vec 16; else
  *   fma). Only with dtype bf16. */
 typedef struct tj_cpu_config {
@@ -72,7 +75,9 @@ typedef struct tj_cpu_config {
 
 enum { TJ_CPU_WEIGHTS_AUTO = 0, TJ_CPU_WEIGHTS_F32 = 1, TJ_CPU_WEIGHTS_BF16 = 2 };
 enum { TJ_CPU_ACT_F32 = 0, TJ_CPU_ACT_BF16 = 1 };
-enum { TJ_CPU_DOT_AUTO = 0, TJ_CPU_DOT_FMA = 1, TJ_CPU_DOT_DPBF16 = 2, TJ_CPU_DOT_AMX = 3 };
+enum { TJ_CPU_DOT_AUTO = 0, TJ_CPU_DOT_FMA = 1, TJ_CPU_DOT_DPBF16 = 2, TJ_CPU_DOT_AMX = 3, TJ_CPU_DOT_AMX_X = 4 };
+/* 1 for the dots that run on AMX tiles (amx, amx_x) */
+int tj_cpu_dot_amx(int dot);
 
 /* Identifies this emitter build for object-cache keys: the generator's version and the build
  * time of emit_llvm.c, so a rebuilt emitter never reuses objects of an older one. Borrowed. */
@@ -92,8 +97,8 @@ tj_status tj_cpu_config_check(const tj_cpu_config *c, tj_error *err);
  * A dot amx config takes the AMX block (mr 32, nr 32) unless c's block is one. */
 void tj_cpu_config_resolve(tj_cpu_config *c, const tj_layer *l);
 /* The same for calls of m tokens (0: unknown, large). The built-in choice of a bf16 config's
- * automatic dot on an AMX host: m ≤ 8 dpbf16 (a 16-token tile would be mostly idle), m ≤ 16 the
- * amx block 16 × 64, above it 32 × 32. */
+ * automatic dot on an AMX host: m ≤ 16 amx_x 16 × 32 (an X tile of m rows: the tile unit does
+ * only the call's work), above it amx 32 × 32. */
 void tj_cpu_config_resolve_m(tj_cpu_config *c, const tj_layer *l, int64_t m);
 /* 1 when the JSON object text names `key` (a config's explicit choice), else 0. */
 int tj_cpu_config_json_has(const char *json, const char *key);

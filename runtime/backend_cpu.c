@@ -169,9 +169,10 @@ int tj_cpu_layout_same(const tj_cpu_config *a, const tj_cpu_config *b)
 {
     /* exactly what tj_cpu_plan_build (pad, row pad) and tj_cpu_pack_weights read; AMX's tiles
      * do not depend on nr */
-    int amx = a->dot == TJ_CPU_DOT_AMX;
+    int amx = tj_cpu_dot_amx(a->dot);
     return a->vec == b->vec && (amx || a->nr == b->nr) && a->weights == b->weights &&
-           (a->dot == TJ_CPU_DOT_DPBF16) == (b->dot == TJ_CPU_DOT_DPBF16) && amx == (b->dot == TJ_CPU_DOT_AMX);
+           (a->dot == TJ_CPU_DOT_DPBF16) == (b->dot == TJ_CPU_DOT_DPBF16) && (a->dot == TJ_CPU_DOT_AMX) == (b->dot == TJ_CPU_DOT_AMX) &&
+           (a->dot == TJ_CPU_DOT_AMX_X) == (b->dot == TJ_CPU_DOT_AMX_X);
 }
 
 static void packed_release(tj_cpu_packed *pk)
@@ -244,9 +245,9 @@ tj_status tj_cpu_layer_build_shared(tj_cpu_jit *jit, const tj_layer *l, const tj
     if (s == TJ_OK && cl->cfg.dot == TJ_CPU_DOT_DPBF16 && !tj_cpu_host_bf16()) /* LLVM could not select it */
         s = tj_fail(err, TJ_ERR_UNSUPPORTED, "layer '%s': dot dpbf16 needs avx512_bf16, which this CPU (%s) lacks", l->name,
                     tj_host_cpu_name());
-    if (s == TJ_OK && cl->cfg.dot == TJ_CPU_DOT_AMX && !tj_cpu_host_amx())
-        s = tj_fail(err, TJ_ERR_UNSUPPORTED, "layer '%s': dot amx needs AMX-BF16 and the kernel's permission for its tile state, "
-                    "which this CPU (%s) or system lacks", l->name, tj_host_cpu_name());
+    if (s == TJ_OK && tj_cpu_dot_amx(cl->cfg.dot) && !tj_cpu_host_amx())
+        s = tj_fail(err, TJ_ERR_UNSUPPORTED, "layer '%s': dot %s needs AMX-BF16 and the kernel's permission for its tile state, "
+                    "which this CPU (%s) or system lacks", l->name, cl->cfg.dot == TJ_CPU_DOT_AMX ? "amx" : "amx_x", tj_host_cpu_name());
     if (s != TJ_OK) goto fail;
     for (int i = 0; i < npeers && !cl->pk; i++)
         if (peers[i] && peers[i]->l == l && peers[i]->pk->src == w->w && tj_cpu_layout_same(&peers[i]->cfg, &cl->cfg)) {
@@ -747,7 +748,7 @@ static tj_status cpu_load(tj_model *m, tj_error *err)
     }
     tj_context_note(m->ctx, "cpu: precision %s: %lld of %lld layers compute in bf16 (%s), the rest in fp32",
                     tj_precision_name(prec), (long long)nbf16, (long long)n,
-                    tj_cpu_host_amx() ? "AMX tiles, vdpbf16ps up to M = 8" : tj_cpu_host_bf16() ? "vdpbf16ps" : "bf16 widened to fp32");
+                    tj_cpu_host_amx() ? "AMX tiles, x as the A tile up to M = 16" : tj_cpu_host_bf16() ? "vdpbf16ps" : "bf16 widened to fp32");
     tj_context_note(m->ctx,
                     "cpu: %lld layers (%lld kernels) for %s in %.3f s: emit %.3f s, optimise+JIT %.3f s (%lld from the "
                     "kernel cache), packing weights %.3f s (packed layouts %lld, %.1f MB)",

@@ -4,8 +4,9 @@
  * host).
  *   test_cpu_bf16            fma configs, codegen, the model path; dpbf16/amx configs skipped
  *   test_cpu_bf16 dpbf16     the dpbf16 configs; exit 77 where the CPU lacks avx512bf16
- *   test_cpu_bf16 amx        the AMX configs, and the decode shapes (M = 1..8, SmolLM2) through
- *                            the default precision; exit 77 without AMX-BF16 (or its permission) */
+ *   test_cpu_bf16 amx        the AMX configs (amx and amx_x), and the decode shapes (M = 1..8,
+ *                            SmolLM2) through the default precision; exit 77 without AMX-BF16
+ *                            (or its permission) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -135,6 +136,11 @@ static int count_mnemonic(LLVMMemoryBufferRef obj, const char *triple, const cha
 
 /* The dpbf16 kernel for Sapphire Rapids: the object code must use vdpbf16ps, and the fma
  * kernel's must not (the check can fail). */
+static const char *dot_name(int dot)
+{
+    return dot == TJ_CPU_DOT_AMX ? "amx" : dot == TJ_CPU_DOT_AMX_X ? "amx_x" : dot == TJ_CPU_DOT_DPBF16 ? "dpbf16" : "fma";
+}
+
 static void test_codegen(void)
 {
     LLVMInitializeNativeTarget();
@@ -150,15 +156,18 @@ static void test_codegen(void)
     tj_layer l;
     void *w = NULL, *b = NULL;
     if (!tj_test_case_make(&c, 5, &l, &w, &b)) { CHECK(0); return; }
-    /* fma; dpbf16 with the gather and with vpcompressw staging (VBMI2); amx */
-    static const struct { int dot; const char *features; } kinds[] = {
-        {TJ_CPU_DOT_FMA, ""}, {TJ_CPU_DOT_DPBF16, "-avx512vbmi2"}, {TJ_CPU_DOT_DPBF16, ""}, {TJ_CPU_DOT_AMX, ""}};
+    /* fma; dpbf16 with the gather and with vpcompressw staging (VBMI2); amx; amx_x */
+    static const struct { int dot; const char *features; } kinds[] = {{TJ_CPU_DOT_FMA, ""},
+                                                                       {TJ_CPU_DOT_DPBF16, "-avx512vbmi2"},
+                                                                       {TJ_CPU_DOT_DPBF16, ""},
+                                                                       {TJ_CPU_DOT_AMX, ""},
+                                                                       {TJ_CPU_DOT_AMX_X, ""}};
     for (size_t ki = 0; ki < sizeof kinds / sizeof *kinds; ki++) {
         int dot = kinds[ki].dot;
         tj_cpu_config cfg = tj_cpu_config_default();
         cfg.mr = 6, cfg.nr = 64, cfg.vec = 16, cfg.dtype = TJ_CPU_ACT_BF16, cfg.weights = TJ_CPU_WEIGHTS_BF16;
         cfg.dot = dot, cfg.out = TJ_CPU_ACT_BF16, cfg.order = 0;
-        tj_cpu_config_resolve(&cfg, &l); /* amx: its block */
+        tj_cpu_config_resolve(&cfg, &l); /* amx, amx_x: their blocks */
         tj_error err;
         tj_plan plan;
         CHECK_OK(tj_cpu_plan_build(&l, &cfg, &plan, &err), &err);
@@ -188,14 +197,15 @@ static void test_codegen(void)
             int nrel = count_mnemonic(obj, triple, "sapphirerapids", "tilerelease");
             int ncomp = count_mnemonic(obj, triple, "sapphirerapids", "vpcompressw");
             if (dot == TJ_CPU_DOT_DPBF16) CHECKF(n > 0, "dpbf16 kernel: %d vdpbf16ps in the object code", n);
-            else CHECKF(n == 0, "%s kernel: %d vdpbf16ps in the object code (expected none)", dot == TJ_CPU_DOT_AMX ? "amx" : "fma", n);
-            if (dot == TJ_CPU_DOT_AMX)
-                CHECKF(nt > 0 && ncfg > 0 && nrel > 0, "amx kernel: %d tdpbf16ps, %d ldtilecfg, %d tilerelease", nt, ncfg, nrel);
+            else CHECKF(n == 0, "%s kernel: %d vdpbf16ps in the object code (expected none)", dot_name(dot), n);
+            if (tj_cpu_dot_amx(dot))
+                CHECKF(nt > 0 && ncfg > 0 && nrel > 0, "%s kernel: %d tdpbf16ps, %d ldtilecfg, %d tilerelease", dot_name(dot), nt, ncfg, nrel);
             else CHECKF(nt == 0 && ncfg == 0, "%d tdpbf16ps, %d ldtilecfg outside the amx kernel", nt, ncfg);
-            if (dot == TJ_CPU_DOT_DPBF16)
-                CHECKF(!!ncomp == !kinds[ki].features[0], "dpbf16 %s VBMI2: %d vpcompressw", kinds[ki].features[0] ? "without" : "with", ncomp);
+            if (dot == TJ_CPU_DOT_DPBF16 || dot == TJ_CPU_DOT_AMX_X)
+                CHECKF(!!ncomp == !kinds[ki].features[0], "%s %s VBMI2: %d vpcompressw", dot_name(dot), kinds[ki].features[0] ? "without" : "with",
+                       ncomp);
             fprintf(stderr, "codegen sapphirerapids dot %s%s: %d vdpbf16ps, %d tdpbf16ps, %d ldtilecfg, %d tilerelease, %d vpcompressw\n",
-                    dot == TJ_CPU_DOT_AMX ? "amx" : dot == TJ_CPU_DOT_DPBF16 ? "dpbf16" : "fma", kinds[ki].features, n, nt, ncfg, nrel, ncomp);
+                    dot_name(dot), kinds[ki].features, n, nt, ncfg, nrel, ncomp);
             LLVMDisposeMemoryBuffer(obj);
         }
         if (mod) LLVMDisposeModule(mod);
@@ -429,7 +439,7 @@ int main(int argc, char **argv)
         tj_cpu_config c = space[ci];
         if (c.dtype != TJ_CPU_ACT_BF16) continue;
         if (c.vec == 0) c.vec = host;
-        if (c.dot != want) continue;
+        if (c.dot != want && !(want == TJ_CPU_DOT_AMX && c.dot == TJ_CPU_DOT_AMX_X)) continue; /* "amx": both AMX dots */
         if (c.vec > host || tj_cpu_config_check(&c, NULL) != TJ_OK) {
             skipped++;
             continue;
