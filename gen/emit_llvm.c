@@ -1763,6 +1763,14 @@ static LLVMValueRef amx_xt_block(em *e, LLVMValueRef xt, LLVMValueRef t, int64_t
                                            LLVMBuildSRem(e->b, t, ci64(e, 32), ""), ""));
 }
 
+/* The tile configuration (a 64-byte constant): palette 1, tiles 0..7 of 16 rows × 64 bytes */
+static LLVMValueRef amx_tilecfg(em *e)
+{
+    LLVMValueRef cel[64];
+    for (int i = 0; i < 64; i++) cel[i] = LLVMConstInt(e->i8, i == 0 ? 1 : i >= 16 && i < 32 && i % 2 == 0 ? 64 : i >= 48 && i < 56 ? TJ_AMX_ROWS : 0, 0);
+    return const_global(e, "tilecfg", LLVMConstArray2(e->i8, cel, 64));
+}
+
 static LLVMValueRef amx_steps(em *e, LLVMValueRef kn)
 {
     return LLVMBuildLShr(e->b, LLVMBuildAdd(e->b, kn, ci64(e, TJ_AMX_K - 1), ""), ci64(e, 5), "steps");
@@ -1802,12 +1810,7 @@ static tj_status emit_item_amx(em *e, tj_cpu_emit_info *info, tj_error *err)
     LLVMValueRef blk[4];
     for (int i = 1; i <= nb; i++) blk[i - 1] = need_nb[i] ? emit_amx_block(e, i, tbn, mr == 32 ? 32 : 16, pj, bty) : LLVMConstNull(e->ptr);
     LLVMValueRef blk_tab = const_global(e, "amx", LLVMConstArray2(e->ptr, blk, (uint64_t)nb));
-    /* the tile configuration: palette 1, tiles 0..7 of 16 rows × 64 bytes */
-    uint8_t cfgb[64] = {1};
-    for (int t = 0; t < 8; t++) cfgb[16 + 2 * t] = 64, cfgb[48 + t] = TJ_AMX_ROWS;
-    LLVMValueRef cel[64];
-    for (int i = 0; i < 64; i++) cel[i] = LLVMConstInt(e->i8, cfgb[i], 0);
-    LLVMValueRef g_tcfg = const_global(e, "tilecfg", LLVMConstArray2(e->i8, cel, 64));
+    LLVMValueRef g_tcfg = amx_tilecfg(e);
     LLVMTypeRef cfg_ty, rel_ty;
     LLVMValueRef ldcfg = intrinsic(e, "llvm.x86.ldtilecfg", NULL, 0, &cfg_ty);
     LLVMValueRef release = intrinsic(e, "llvm.x86.tilerelease", NULL, 0, &rel_ty);
@@ -1998,12 +2001,8 @@ static tj_status emit_item_amx_x(em *e, tj_cpu_emit_info *info, tj_error *err)
     LLVMValueRef blk[4];
     for (int i = 1; i <= nb; i++) blk[i - 1] = need_nb[i] ? emit_amx_x_block(e, i, bty) : LLVMConstNull(e->ptr);
     LLVMValueRef blk_tab = const_global(e, "amxx", LLVMConstArray2(e->ptr, blk, (uint64_t)nb));
-    uint8_t cfgb[64] = {1}; /* palette 1, tiles 0..7 of 16 rows × 64 bytes; rows set per block */
-    for (int t = 0; t < 8; t++) cfgb[16 + 2 * t] = 64, cfgb[48 + t] = TJ_AMX_ROWS;
-    LLVMValueRef cel[64];
-    for (int i = 0; i < 64; i++) cel[i] = LLVMConstInt(e->i8, cfgb[i], 0);
     LLVMTypeRef cfg_arr = LLVMArrayType2(e->i8, 64);
-    LLVMValueRef g_tcfg = const_global(e, "tilecfg", LLVMConstArray2(e->i8, cel, 64));
+    LLVMValueRef g_tcfg = amx_tilecfg(e); /* copied to the stack: the rows are set per block */
     LLVMTypeRef cfg_ty, rel_ty, st_ty, v32 = LLVMVectorType(e->i16, 32), st_ov[2] = {v32, e->ptr};
     LLVMValueRef ldcfg = intrinsic(e, "llvm.x86.ldtilecfg", NULL, 0, &cfg_ty);
     LLVMValueRef release = intrinsic(e, "llvm.x86.tilerelease", NULL, 0, &rel_ty);
