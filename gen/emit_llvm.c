@@ -220,6 +220,11 @@ static int amx_block_ok(const tj_cpu_config *c)
 
 int tj_cpu_dot_amx(int dot) { return dot == TJ_CPU_DOT_AMX || dot == TJ_CPU_DOT_AMX_X; }
 
+/* config key "dot", by TJ_CPU_DOT_* */
+static const char *const dot_names[] = {"auto", "fma", "dpbf16", "amx", "amx_x", NULL};
+
+const char *tj_cpu_dot_name(int dot) { return dot >= 0 && dot <= TJ_CPU_DOT_AMX_X ? dot_names[dot] : "?"; }
+
 int tj_cpu_host_vec(void)
 {
     pthread_once(&host_once, host_probe);
@@ -310,7 +315,7 @@ tj_status tj_cpu_config_check(const tj_cpu_config *c, tj_error *err)
     if (c->vec != 1 && c->vec != 4 && c->vec != 8 && c->vec != 16)
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: vec %d is not 1, 4, 8 or 16", c->vec);
     if (tj_cpu_dot_amx(c->dot)) {
-        const char *dn = c->dot == TJ_CPU_DOT_AMX ? "amx" : "amx_x";
+        const char *dn = tj_cpu_dot_name(c->dot);
         if (c->vec != 16)
             return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: dot %s needs vec 16 (AVX-512), not %d", dn, c->vec);
         if (!amx_block_ok(c))
@@ -336,7 +341,7 @@ tj_status tj_cpu_config_check(const tj_cpu_config *c, tj_error *err)
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: pack %d is not 0, 1 or 2", c->pack);
     if (c->pack == 2 && (c->dot == TJ_CPU_DOT_DPBF16 || tj_cpu_dot_amx(c->dot)))
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: dot %s reads X as row pairs (pack 0 or 1, not the pack 2 panels)",
-                       c->dot == TJ_CPU_DOT_AMX ? "amx" : c->dot == TJ_CPU_DOT_AMX_X ? "amx_x" : "dpbf16");
+                       tj_cpu_dot_name(c->dot));
     if (c->pack && c->offsets == TJ_CPU_OFFSETS_UNROLLED)
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: pack needs \"offsets\": \"table\" (packed rows need no offsets)");
     if (c->kc < -1 || c->kc > 1 << 24)
@@ -428,7 +433,7 @@ tj_status tj_cpu_config_from_json(const char *json, tj_cpu_config *out, tj_error
             goto done;
         }
     }
-    static const char *const act_names[] = {"f32", "bf16", NULL}, *const dot_names[] = {"auto", "fma", "dpbf16", "amx", "amx_x", NULL};
+    static const char *const act_names[] = {"f32", "bf16", NULL};
     if ((s = json_enum(o, "dtype", act_names, &out->dtype, err))) goto done;
     if ((s = json_enum(o, "out", act_names, &out->out, err))) goto done;
     if ((s = json_enum(o, "dot", dot_names, &out->dot, err))) goto done;
@@ -457,10 +462,7 @@ char *tj_cpu_config_to_json(const tj_cpu_config *c)
     if (c->dtype) o += (size_t)snprintf(ser + o, sizeof ser - o, ", \"dtype\": \"bf16\"");
     if (c->out) o += (size_t)snprintf(ser + o, sizeof ser - o, ", \"out\": \"bf16\"");
     if (c->dot)
-        snprintf(ser + o, sizeof ser - o, ", \"dot\": \"%s\"",
-                 c->dot == TJ_CPU_DOT_AMX    ? "amx"
-                 : c->dot == TJ_CPU_DOT_AMX_X ? "amx_x"
-                 : c->dot == TJ_CPU_DOT_DPBF16 ? "dpbf16" : "fma");
+        snprintf(ser + o, sizeof ser - o, ", \"dot\": \"%s\"", tj_cpu_dot_name(c->dot));
     snprintf(buf, sizeof buf,
              "{\"mr\": %d, \"nr\": %d, \"offsets\": \"%s\", \"unroll\": %d, \"mb\": %d, \"kc\": %d, \"pack\": %d, \"order\": %d, \"vec\": %d%s}",
              c->mr, c->nr, c->offsets == TJ_CPU_OFFSETS_UNROLLED ? "unrolled" : "table", c->unroll, c->mb, c->kc, c->pack,
@@ -1308,18 +1310,24 @@ static void emit_stage_x(em *e, LLVMValueRef fn, LLVMValueRef x, LLVMValueRef m0
     loop_end(e, &pi);
 }
 
+/* Which column-block widths occur, in units of `unit` features: need[n] = 1 for the full block
+ * (n = nb units) and for each tile's last, partial one (need: nb + 1 entries). */
+static void block_widths(const tj_layer *l, int unit, int nb, int *need)
+{
+    memset(need, 0, (size_t)(nb + 1) * sizeof *need);
+    for (int64_t t = 0; t < l->ntiles; t++) {
+        int64_t w = tj_tile_width(l, t), rest = w % ((int64_t)nb * unit);
+        if (w >= (int64_t)nb * unit) need[nb] = 1;
+        if (rest) need[(rest + unit - 1) / unit] = 1;
+    }
+}
+
 static tj_status emit_item(em *e, tj_cpu_emit_info *info, tj_error *err)
 {
     const tj_layer *l = e->l;
     int mr = e->cfg->mr, nv = e->NV, V = e->V;
-    /* Which column-block vector counts occur: full nv, and each tile's last partial block. */
-    int need_nv[17] = {0};
-    for (int64_t t = 0; t < l->ntiles; t++) {
-        int64_t w = tj_tile_width(l, t);
-        if (w >= (int64_t)nv * V) need_nv[nv] = 1;
-        int64_t rest = w % ((int64_t)nv * V);
-        if (rest) need_nv[(rest + V - 1) / V] = 1;
-    }
+    int need_nv[17];
+    block_widths(l, V, nv, need_nv);
     /* Token-block variants: mr itself, every count up to TJ_CPU_EXACT_TOKENS (so a decode-sized
      * call, or tail, of t ≤ 8 tokens is one block: each weight streams once), and the powers of
      * two below mr beyond that; a longer tail runs the largest variant ≤ t and loops
@@ -1790,12 +1798,11 @@ static tj_status emit_item_amx(em *e, tj_cpu_emit_info *info, tj_error *err)
     const tj_layer *l = e->l;
     int mr = e->cfg->mr, nb = e->cfg->nr / 16, tbn = mr / TJ_AMX_ROWS;
     int64_t kc = tj_cpu_config_kc(e->cfg), kp = (l->k + TJ_AMX_K - 1) / TJ_AMX_K * TJ_AMX_K;
-    int need_nb[5] = {0};
+    int need_nb[5];
+    block_widths(l, 16, nb, need_nb);
     int64_t pw = 16, chunked = 0, kmax = 0;
     for (int64_t t = 0; t < l->ntiles; t++) {
-        int64_t w = tj_tile_width(l, t), rest = w % (16 * nb), nr = tj_tile_nrows(l, t);
-        if (w >= 16 * nb) need_nb[nb] = 1;
-        if (rest) need_nb[(rest + 15) / 16] = 1;
+        int64_t nr = tj_tile_nrows(l, t);
         if (e->p->ld[t] > pw) pw = e->p->ld[t];
         if (nr > kc) chunked = 1;
         if ((nr < kc ? nr : kc) > kmax) kmax = nr < kc ? nr : kc;
@@ -1988,14 +1995,11 @@ static tj_status emit_item_amx_x(em *e, tj_cpu_emit_info *info, tj_error *err)
     int mr = e->cfg->mr, nb = e->cfg->nr / 16;
     if (!e->compress)
         return tj_fail(err, TJ_ERR_UNSUPPORTED, "layer '%s': dot amx_x needs AVX512-VBMI2 (vpcompressw) in the target features", l->name);
-    int need_nb[5] = {0};
+    int need_nb[5];
+    block_widths(l, 16, nb, need_nb);
     int64_t xsmax = 32;
-    for (int64_t t = 0; t < l->ntiles; t++) {
-        int64_t w = tj_tile_width(l, t), rest = w % (16 * nb), nr = tj_tile_nrows(l, t);
-        if (w >= 16 * nb) need_nb[nb] = 1;
-        if (rest) need_nb[(rest + 15) / 16] = 1;
-        if ((nr + 31) / 32 * 32 > xsmax) xsmax = (nr + 31) / 32 * 32;
-    }
+    for (int64_t t = 0; t < l->ntiles; t++)
+        if ((tj_tile_nrows(l, t) + 31) / 32 * 32 > xsmax) xsmax = (tj_tile_nrows(l, t) + 31) / 32 * 32;
     LLVMTypeRef bp[XB_NARGS] = {e->ptr, e->i64, e->ptr, e->i64, e->i64, e->ptr, e->ptr, e->ptr, e->i64, e->i64};
     LLVMTypeRef bty = LLVMFunctionType(e->voidt, bp, XB_NARGS, 0);
     LLVMValueRef blk[4];

@@ -78,6 +78,8 @@ enum { TJ_CPU_ACT_F32 = 0, TJ_CPU_ACT_BF16 = 1 };
 enum { TJ_CPU_DOT_AUTO = 0, TJ_CPU_DOT_FMA = 1, TJ_CPU_DOT_DPBF16 = 2, TJ_CPU_DOT_AMX = 3, TJ_CPU_DOT_AMX_X = 4 };
 /* 1 for the dots that run on AMX tiles (amx, amx_x) */
 int tj_cpu_dot_amx(int dot);
+/* The config name of a TJ_CPU_DOT_* ("auto", "fma", "dpbf16", "amx", "amx_x"). Static. */
+const char *tj_cpu_dot_name(int dot);
 
 /* Identifies this emitter build for object-cache keys: the generator's version and the build
  * time of emit_llvm.c, so a rebuilt emitter never reuses objects of an older one. Borrowed. */

@@ -247,7 +247,7 @@ tj_status tj_cpu_layer_build_shared(tj_cpu_jit *jit, const tj_layer *l, const tj
                     tj_host_cpu_name());
     if (s == TJ_OK && tj_cpu_dot_amx(cl->cfg.dot) && !tj_cpu_host_amx())
         s = tj_fail(err, TJ_ERR_UNSUPPORTED, "layer '%s': dot %s needs AMX-BF16 and the kernel's permission for its tile state, "
-                    "which this CPU (%s) or system lacks", l->name, cl->cfg.dot == TJ_CPU_DOT_AMX ? "amx" : "amx_x", tj_host_cpu_name());
+                    "which this CPU (%s) or system lacks", l->name, tj_cpu_dot_name(cl->cfg.dot), tj_host_cpu_name());
     if (s != TJ_OK) goto fail;
     for (int i = 0; i < npeers && !cl->pk; i++)
         if (peers[i] && peers[i]->l == l && peers[i]->pk->src == w->w && tj_cpu_layout_same(&peers[i]->cfg, &cl->cfg)) {

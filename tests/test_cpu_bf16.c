@@ -136,11 +136,6 @@ static int count_mnemonic(LLVMMemoryBufferRef obj, const char *triple, const cha
 
 /* The dpbf16 kernel for Sapphire Rapids: the object code must use vdpbf16ps, and the fma
  * kernel's must not (the check can fail). */
-static const char *dot_name(int dot)
-{
-    return dot == TJ_CPU_DOT_AMX ? "amx" : dot == TJ_CPU_DOT_AMX_X ? "amx_x" : dot == TJ_CPU_DOT_DPBF16 ? "dpbf16" : "fma";
-}
-
 static void test_codegen(void)
 {
     LLVMInitializeNativeTarget();
@@ -197,15 +192,15 @@ static void test_codegen(void)
             int nrel = count_mnemonic(obj, triple, "sapphirerapids", "tilerelease");
             int ncomp = count_mnemonic(obj, triple, "sapphirerapids", "vpcompressw");
             if (dot == TJ_CPU_DOT_DPBF16) CHECKF(n > 0, "dpbf16 kernel: %d vdpbf16ps in the object code", n);
-            else CHECKF(n == 0, "%s kernel: %d vdpbf16ps in the object code (expected none)", dot_name(dot), n);
+            else CHECKF(n == 0, "%s kernel: %d vdpbf16ps in the object code (expected none)", tj_cpu_dot_name(dot), n);
             if (tj_cpu_dot_amx(dot))
-                CHECKF(nt > 0 && ncfg > 0 && nrel > 0, "%s kernel: %d tdpbf16ps, %d ldtilecfg, %d tilerelease", dot_name(dot), nt, ncfg, nrel);
+                CHECKF(nt > 0 && ncfg > 0 && nrel > 0, "%s kernel: %d tdpbf16ps, %d ldtilecfg, %d tilerelease", tj_cpu_dot_name(dot), nt, ncfg, nrel);
             else CHECKF(nt == 0 && ncfg == 0, "%d tdpbf16ps, %d ldtilecfg outside the amx kernel", nt, ncfg);
             if (dot == TJ_CPU_DOT_DPBF16 || dot == TJ_CPU_DOT_AMX_X)
-                CHECKF(!!ncomp == !kinds[ki].features[0], "%s %s VBMI2: %d vpcompressw", dot_name(dot), kinds[ki].features[0] ? "without" : "with",
+                CHECKF(!!ncomp == !kinds[ki].features[0], "%s %s VBMI2: %d vpcompressw", tj_cpu_dot_name(dot), kinds[ki].features[0] ? "without" : "with",
                        ncomp);
             fprintf(stderr, "codegen sapphirerapids dot %s%s: %d vdpbf16ps, %d tdpbf16ps, %d ldtilecfg, %d tilerelease, %d vpcompressw\n",
-                    dot_name(dot), kinds[ki].features, n, nt, ncfg, nrel, ncomp);
+                    tj_cpu_dot_name(dot), kinds[ki].features, n, nt, ncfg, nrel, ncomp);
             LLVMDisposeMemoryBuffer(obj);
         }
         if (mod) LLVMDisposeModule(mod);
