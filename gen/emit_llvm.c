@@ -256,7 +256,7 @@ void tj_cpu_config_resolve(tj_cpu_config *c, const tj_layer *l)
         }
         /* the register-block defaults (6 × 64, 4 × 24) are no AMX block */
         if (c->dot == TJ_CPU_DOT_AMX && !amx_block_ok(c)) c->mr = 32, c->nr = 32;
-        if (c->dot == TJ_CPU_DOT_AMX_X && !amx_block_ok(c)) c->mr = 16, c->nr = 64;
+        if (c->dot == TJ_CPU_DOT_AMX_X && !amx_block_ok(c)) c->mr = 16, c->nr = 32; /* resolve_m's block */
     }
     if (c->kc < 0) { /* auto: the blocking table, for configs that can k-block at all */
         const struct cpu_blocking *b = blocking_for(c->vec);

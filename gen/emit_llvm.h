@@ -96,7 +96,7 @@ char *tj_cpu_config_to_json(const tj_cpu_config *c);
 /* Checks a config (vec resolved) for a given layer: register budget, nr multiple of vec. */
 tj_status tj_cpu_config_check(const tj_cpu_config *c, tj_error *err);
 /* Resolves the automatic choices (vec 0, order -1, dot auto, kc -1) of c for layer l on the host.
- * A dot amx config takes the AMX block (mr 32, nr 32) unless c's block is one. */
+ * A dot amx config takes the AMX block (mr 32, nr 32) unless c's block is one; amx_x 16 × 32. */
 void tj_cpu_config_resolve(tj_cpu_config *c, const tj_layer *l);
 /* The same for calls of m tokens (0: unknown, large). The built-in choice of a bf16 config's
  * automatic dot on an AMX host: m ≤ 16 amx_x 16 × 32 (an X tile of m rows: the tile unit does
