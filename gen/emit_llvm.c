@@ -1550,18 +1550,20 @@ static void tile_mem(em *e, const amx_fns *a, int store_it, int t, LLVMValueRef 
     else call(e, a->load_ty, a->load, args, 3);
 }
 
-/* In-register transpose of n vectors of n elements (n a power of two): v[i][j] → v[j][i], as
- * log2(n) rounds that swap the off-diagonal s × s blocks of each 2s × 2s block. */
-static void transpose_square(em *e, LLVMValueRef *v, int n)
+/* Rounds s = smax, smax/2, .., 1 of an in-register transpose of `count` vectors of `lanes`
+ * elements: each swaps the off-diagonal s × s blocks of each 2s × 2s block (vectors i and i + s).
+ * All rounds with count = lanes = n (transpose_square) give v[i][j] → v[j][i]; the rounds commute,
+ * so a caller may do some of them another way (emit_amx_prep_loop's loads do the first). */
+static void transpose_rounds(em *e, LLVMValueRef *v, int count, int lanes, int smax)
 {
     LLVMValueRef lo[32], hi[32];
-    for (int s = n / 2; s >= 1; s /= 2) {
-        for (int j = 0; j < n; j++) {
-            lo[j] = ci32(e, (j & s) ? n + j - s : j); /* [A, C]: b's s-block below a's */
-            hi[j] = ci32(e, (j & s) ? n + j : j + s); /* [B, D] */
+    for (int s = smax; s >= 1; s /= 2) {
+        for (int j = 0; j < lanes; j++) {
+            lo[j] = ci32(e, (j & s) ? lanes + j - s : j); /* [A, C]: b's s-block below a's */
+            hi[j] = ci32(e, (j & s) ? lanes + j : j + s); /* [B, D] */
         }
-        LLVMValueRef ml = LLVMConstVector(lo, (unsigned)n), mh = LLVMConstVector(hi, (unsigned)n);
-        for (int i = 0; i < n; i++) {
+        LLVMValueRef ml = LLVMConstVector(lo, (unsigned)lanes), mh = LLVMConstVector(hi, (unsigned)lanes);
+        for (int i = 0; i < count; i++) {
             if (i & s) continue;
             LLVMValueRef a = v[i], b = v[i + s];
             v[i] = LLVMBuildShuffleVector(e->b, a, b, ml, "");
@@ -1569,6 +1571,8 @@ static void transpose_square(em *e, LLVMValueRef *v, int n)
         }
     }
 }
+
+static void transpose_square(em *e, LLVMValueRef *v, int n) { transpose_rounds(e, v, n, n, n / 2); }
 
 /* A vector of n i1 lanes: lane < lim (lim an i64 value). */
 static LLVMValueRef lanes_below(em *e, int n, LLVMValueRef lim)
@@ -1586,50 +1590,69 @@ static LLVMValueRef lanes_below(em *e, int n, LLVMValueRef lim)
  * past K and past m1. 32 × 32 blocks: masked loads of 32 token rows, an in-register transpose,
  * 32 aligned line stores. x is bf16; with f32 (the prepf entry) fp32, rounded to bf16 on the
  * way (the fp32 host interface then needs no separate rounding pass). */
-static void emit_amx_prep(em *e, char *name, size_t name_len, int f32)
+/* One k-loop of prep over the block at blk: rows m0 + t, t < 32, a row at or past ntok read as
+ * nothing (full: all 32 rows are tokens, so row t is x + t·K with no per-row selects, which
+ * LLVM otherwise lowers to a branch and a spilled row pointer per row). A 32 × 32 block is done
+ * as two halves of 16 k: the transpose's first round (swapping 16 × 16 quarters) is the loads
+ * themselves (vector i of half h: tokens i and i + 16 at k + 16h), so each half needs only 16
+ * vectors in registers for the other four rounds and stores its 16 lines. */
+static void emit_amx_prep_loop(em *e, LLVMValueRef fn, int f32, int full, LLVMValueRef x, LLVMValueRef blk, LLVMValueRef m0,
+                               LLVMValueRef ntok)
 {
     const tj_layer *l = e->l;
     int64_t kp = (l->k + TJ_AMX_K - 1) / TJ_AMX_K * TJ_AMX_K;
+    LLVMTypeRef xe = f32 ? e->f32 : e->i16, v16 = LLVMVectorType(e->i16, 16), ld_ov[2] = {f32 ? e->vf : v16, e->ptr}, ld_ty;
+    LLVMValueRef mload = intrinsic(e, "llvm.masked.load", ld_ov, 2, &ld_ty);
+    LLVMValueRef cat[32];
+    for (int i = 0; i < 32; i++) cat[i] = ci32(e, i);
+    LLVMValueRef x0 = gep(e, xe, x, LLVMBuildMul(e->b, m0, ci64(e, l->k), ""));
+    loop kl;
+    loop_begin(e, fn, &kl, ci64(e, 0), ci64(e, kp), ci64(e, 32));
+    LLVMValueRef dst = gep(e, e->i16, blk, LLVMBuildMul(e->b, kl.iv, ci64(e, 32), ""));
+    for (int h = 0; h < 2; h++) {
+        LLVMValueRef kmask = lanes_below(e, 16, LLVMBuildSub(e->b, ci64(e, l->k - 16 * h), kl.iv, ""));
+        LLVMValueRef xk = gep(e, xe, x0, LLVMBuildAdd(e->b, kl.iv, ci64(e, 16 * h), ""));
+        LLVMValueRef v[16];
+        for (int i = 0; i < 16; i++) {
+            LLVMValueRef part[2];
+            for (int q = 0; q < 2; q++) {
+                int t = i + 16 * q;
+                LLVMValueRef src = gep(e, xe, xk, ci64(e, t * l->k)), m = kmask;
+                if (!full) {
+                    LLVMValueRef ok = LLVMBuildICmp(e->b, LLVMIntSLT, ci64(e, t), ntok, "");
+                    src = gep(e, xe, xk, LLVMBuildSelect(e->b, ok, ci64(e, t * l->k), ci64(e, 0), ""));
+                    m = LLVMBuildSelect(e->b, ok, kmask, LLVMConstNull(LLVMTypeOf(kmask)), "");
+                }
+                LLVMValueRef a[4] = {src, ci32(e, f32 ? 4 : 2), m, LLVMConstNull(f32 ? e->vf : v16)};
+                part[q] = call(e, ld_ty, mload, a, 4);
+                if (f32) part[q] = bf16_round(e, part[q]);
+            }
+            v[i] = LLVMBuildShuffleVector(e->b, part[0], part[1], LLVMConstVector(cat, 32), "");
+        }
+        transpose_rounds(e, v, 16, 32, 8);
+        for (int i = 0; i < 16; i++) store(e, v[i], gep(e, e->i16, dst, ci64(e, 32 * (16 * h + i))), 64);
+    }
+    loop_end(e, &kl);
+}
+
+static void emit_amx_prep(em *e, char *name, size_t name_len, int f32)
+{
+    int64_t kp = (e->l->k + TJ_AMX_K - 1) / TJ_AMX_K * TJ_AMX_K;
     snprintf(name, name_len, "%s_prep%s", e->prefix, f32 ? "f" : "");
     LLVMTypeRef ps[4] = {e->ptr, e->ptr, e->i64, e->i64};
     LLVMValueRef fn = new_fn(e, name, LLVMFunctionType(e->voidt, ps, 4, 0), 0);
     LLVMValueRef x = LLVMGetParam(fn, 0), xt = LLVMGetParam(fn, 1), m0 = LLVMGetParam(fn, 2), m1 = LLVMGetParam(fn, 3);
     LLVMPositionBuilderAtEnd(e->b, LLVMAppendBasicBlockInContext(e->c, fn, "entry"));
-    LLVMTypeRef v32 = LLVMVectorType(e->i16, 32), ld_ov[2] = {v32, e->ptr}, ld_ty, fl_ov[2] = {e->vf, e->ptr}, fl_ty;
-    LLVMValueRef mload = intrinsic(e, "llvm.masked.load", ld_ov, 2, &ld_ty);
-    LLVMValueRef fload = intrinsic(e, "llvm.masked.load", fl_ov, 2, &fl_ty);
-    LLVMValueRef lo16[16], hi16[16], cat[32];
-    for (int i = 0; i < 16; i++) lo16[i] = ci32(e, i), hi16[i] = ci32(e, 16 + i);
-    for (int i = 0; i < 32; i++) cat[i] = ci32(e, i);
     LLVMValueRef blk = gep(e, e->i16, xt, LLVMBuildMul(e->b, LLVMBuildSDiv(e->b, m0, ci64(e, 32), ""), ci64(e, kp * 32), ""));
     LLVMValueRef ntok = LLVMBuildSub(e->b, m1, m0, "");
-    loop kl;
-    loop_begin(e, fn, &kl, ci64(e, 0), ci64(e, kp), ci64(e, 32));
-    LLVMValueRef kmask = lanes_below(e, 32, LLVMBuildSub(e->b, ci64(e, l->k), kl.iv, ""));
-    LLVMValueRef v[32];
-    for (int t = 0; t < 32; t++) {
-        LLVMValueRef ok = LLVMBuildICmp(e->b, LLVMIntSLT, ci64(e, t), ntok, "");
-        LLVMValueRef row = LLVMBuildSelect(e->b, ok, LLVMBuildAdd(e->b, m0, ci64(e, t), ""), m0, "");
-        LLVMValueRef src = gep(e, f32 ? e->f32 : e->i16, x, LLVMBuildAdd(e->b, LLVMBuildMul(e->b, row, ci64(e, l->k), ""), kl.iv, ""));
-        LLVMValueRef m = LLVMBuildSelect(e->b, ok, kmask, LLVMConstNull(LLVMTypeOf(kmask)), "");
-        if (!f32) {
-            LLVMValueRef a[4] = {src, ci32(e, 2), m, LLVMConstNull(v32)};
-            v[t] = call(e, ld_ty, mload, a, 4);
-            continue;
-        }
-        LLVMValueRef half[2];
-        for (int h = 0; h < 2; h++) {
-            LLVMValueRef mh = LLVMBuildShuffleVector(e->b, m, LLVMGetPoison(LLVMTypeOf(m)), LLVMConstVector(h ? hi16 : lo16, 16), "");
-            LLVMValueRef a[4] = {gep(e, e->f32, src, ci64(e, 16 * h)), ci32(e, 4), mh, LLVMConstNull(e->vf)};
-            half[h] = bf16_round(e, call(e, fl_ty, fload, a, 4));
-        }
-        v[t] = LLVMBuildShuffleVector(e->b, half[0], half[1], LLVMConstVector(cat, 32), "");
+    LLVMBasicBlockRef bfull = LLVMAppendBasicBlockInContext(e->c, fn, "full");
+    LLVMBasicBlockRef bpart = LLVMAppendBasicBlockInContext(e->c, fn, "partial");
+    LLVMBuildCondBr(e->b, LLVMBuildICmp(e->b, LLVMIntSGE, ntok, ci64(e, 32), ""), bfull, bpart);
+    for (int full = 1; full >= 0; full--) {
+        LLVMPositionBuilderAtEnd(e->b, full ? bfull : bpart);
+        emit_amx_prep_loop(e, fn, f32, full, x, blk, m0, ntok);
+        LLVMBuildRetVoid(e->b);
     }
-    transpose_square(e, v, 32);
-    LLVMValueRef dst = gep(e, e->i16, blk, LLVMBuildMul(e->b, kl.iv, ci64(e, 32), ""));
-    for (int k = 0; k < 32; k++) store(e, v[k], gep(e, e->i16, dst, ci64(e, 32 * k)), 64);
-    loop_end(e, &kl);
-    LLVMBuildRetVoid(e->b);
 }
 
 /* Stages pairs [pa, pb) of a B panel (tw tokens: 16, or 32 in two token tiles pj apart): pair p
