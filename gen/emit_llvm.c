@@ -1764,6 +1764,31 @@ static LLVMValueRef emit_amx_block(em *e, int fa, int tb, int tw, int64_t pj, LL
 
     LLVMPositionBuilderAtEnd(e->b, out);
     for (int c = 0; c < nc; c++) tile_mem(e, &a, 1, c, gep(e, e->f32, cs, ci64(e, c * 256)), ci64(e, 64));
+    /* A whole block (every token and feature valid): each transposed row of C goes through the
+     * epilogue straight from its register, one token's 16 features at a time */
+    LLVMBasicBlockRef whole = LLVMAppendBasicBlockInContext(e->c, fn, "out.whole");
+    LLVMBasicBlockRef edge = LLVMAppendBasicBlockInContext(e->c, fn, "out.edge");
+    LLVMValueRef valid_all = LLVMBuildICmp(e->b, LLVMIntEQ, LLVMGetParam(fn, AB_VALID), ci64(e, 16 * fa), "");
+    LLVMValueRef rows_all = LLVMBuildICmp(e->b, LLVMIntEQ, LLVMGetParam(fn, AB_MROWS), ci64(e, 16 * tb), "");
+    LLVMBuildCondBr(e->b, LLVMBuildAnd(e->b, valid_all, rows_all, ""), whole, edge);
+    LLVMPositionBuilderAtEnd(e->b, whole);
+    for (int i = 0; i < fa; i++)
+        for (int j = 0; j < tb; j++) {
+            LLVMValueRef v[16];
+            for (int r = 0; r < 16; r++) v[r] = load(e, e->vf, gep(e, e->f32, cs, ci64(e, (i * tb + j) * 256 + 16 * r)), 64);
+            transpose_square(e, v, 16);
+            for (int c = 0; c < 16; c++) {
+                int64_t tok = amx_token(16 * tb, j, c);
+                LLVMValueRef yr = gep(e, e->yty, LLVMGetParam(fn, AB_Y), ci64(e, tok * e->l->n + (e->l->cols ? 0 : 16 * i)));
+                LLVMValueRef cols = e->l->cols ? gep(e, e->i32, LLVMGetParam(fn, AB_COLS), ci64(e, 16 * i)) : LLVMGetParam(fn, AB_COLS);
+                LLVMBasicBlockRef next = LLVMAppendBasicBlockInContext(e->c, fn, "whole.next");
+                emit_epilogue_at(e, 1, 1, fn, &v[c], yr, gep(e, e->f32, LLVMGetParam(fn, AB_BK), ci64(e, 16 * i)), cols,
+                                 ci64(e, 16), next);
+                LLVMPositionBuilderAtEnd(e->b, next);
+            }
+        }
+    LLVMBuildRetVoid(e->b);
+    LLVMPositionBuilderAtEnd(e->b, edge);
     /* C[i][j] is features × tokens: transposed into ct's token rows, feature tile i at 16·i */
     for (int i = 0; i < fa; i++)
         for (int j = 0; j < tb; j++) {
