@@ -1689,7 +1689,9 @@ static void emit_stage_pairs(em *e, LLVMValueRef fn, int tw, int64_t pj, LLVMVal
  *   A[i]: w + i·gs + 512·s, 16 feature rows of 64 bytes (the packed A tiles, contiguous)
  * First chunk: C = 0, else C from `part` (features × 32 tokens, fp32). Last chunk: C through a
  * stack buffer, transposed back to token rows, into the epilogue (bias, activation, rounding,
- * masks or scatter) for the first `mrows` tokens; other chunks store C back to `part`.
+ * masks or scatter) for the first `mrows` tokens: a whole block straight from the transposed
+ * registers, an edge block (fewer tokens or features) through a token-row buffer; other chunks
+ * store C back to `part`.
  * Each k-step, after its TDPBF16PS are issued, also stages up to SU pairs of the item's next B
  * panel (pairs SP0.., below SP1; emit_stage_pairs with SXT, SOFF, SKN, SDST): that work runs on
  * the vector ports while the tile unit computes. */
