@@ -1585,11 +1585,6 @@ static LLVMValueRef lanes_below(em *e, int n, LLVMValueRef lim)
     return LLVMBuildICmp(e->b, LLVMIntSLT, LLVMConstVector(el, (unsigned)n), lv, "");
 }
 
-/* prep(x, xt, m0, m1): tokens [m0, m1) (m0 a multiple of 32, m1 − m0 ≤ 32) of x [M × K] into
- * block m0/32 of xt: xt[b·Kp·32 + k·32 + t] = x[32b + t][k], Kp = K rounded up to 32, zeros
- * past K and past m1. 32 × 32 blocks: masked loads of 32 token rows, an in-register transpose,
- * 32 aligned line stores. x is bf16; with f32 (the prepf entry) fp32, rounded to bf16 on the
- * way (the fp32 host interface then needs no separate rounding pass). */
 /* One k-loop of prep over the block at blk: rows m0 + t, t < 32, a row at or past ntok read as
  * nothing (full: all 32 rows are tokens, so row t is x + t·K with no per-row selects, which
  * LLVM otherwise lowers to a branch and a spilled row pointer per row). A 32 × 32 block is done
@@ -1635,6 +1630,11 @@ static void emit_amx_prep_loop(em *e, LLVMValueRef fn, int f32, int full, LLVMVa
     loop_end(e, &kl);
 }
 
+/* prep(x, xt, m0, m1): tokens [m0, m1) (m0 a multiple of 32, m1 − m0 ≤ 32) of x [M × K] into
+ * block m0/32 of xt: xt[b·Kp·32 + k·32 + t] = x[32b + t][k], Kp = K rounded up to 32, zeros
+ * past K and past m1, 32 × 32 blocks at a time (emit_amx_prep_loop; a block of 32 tokens takes
+ * the loop without per-row checks). x is bf16; with f32 (the prepf entry) fp32, rounded to bf16
+ * on the way (the fp32 host interface then needs no separate rounding pass). */
 static void emit_amx_prep(em *e, char *name, size_t name_len, int f32)
 {
     int64_t kp = (e->l->k + TJ_AMX_K - 1) / TJ_AMX_K * TJ_AMX_K;
