@@ -1682,6 +1682,14 @@ static void emit_stage_pairs(em *e, LLVMValueRef fn, int tw, int64_t pj, LLVMVal
     loop_end(e, &pl);
 }
 
+/* C tile u of a block stored at cs (16 feature rows × 16 tokens, fp32), transposed: v[c] holds
+ * the 16 features of the tile's token column c */
+static void c_tile_rows(em *e, LLVMValueRef cs, int u, LLVMValueRef *v)
+{
+    for (int r = 0; r < 16; r++) v[r] = load(e, e->vf, gep(e, e->f32, cs, ci64(e, u * 256 + 16 * r)), 64);
+    transpose_square(e, v, 16);
+}
+
 /* Block micro-kernel: fa × 16 features × tb × 16 tokens over `steps` k-steps of 32 kept rows.
  * Tile registers: C[i][j] = i·tb + j (feature tile i, token tile j), B[j] (tokens) after them,
  * A (weights) in the rest, A[i] in A0 + i % nA (loads rotate when fewer than fa).
@@ -1774,29 +1782,29 @@ static LLVMValueRef emit_amx_block(em *e, int fa, int tb, int tw, int64_t pj, LL
     LLVMValueRef rows_all = LLVMBuildICmp(e->b, LLVMIntEQ, LLVMGetParam(fn, AB_MROWS), ci64(e, 16 * tb), "");
     LLVMBuildCondBr(e->b, LLVMBuildAnd(e->b, valid_all, rows_all, ""), whole, edge);
     LLVMPositionBuilderAtEnd(e->b, whole);
-    for (int i = 0; i < fa; i++)
+    for (int i = 0; i < fa; i++) {
+        /* feature tile i: its bias and cols; y at feature 16·i (or at 0 with cols) */
+        LLVMValueRef yi = gep(e, e->yty, LLVMGetParam(fn, AB_Y), ci64(e, e->l->cols ? 0 : 16 * i));
+        LLVMValueRef bki = gep(e, e->f32, LLVMGetParam(fn, AB_BK), ci64(e, 16 * i));
+        LLVMValueRef colsi = e->l->cols ? gep(e, e->i32, LLVMGetParam(fn, AB_COLS), ci64(e, 16 * i)) : LLVMGetParam(fn, AB_COLS);
         for (int j = 0; j < tb; j++) {
             LLVMValueRef v[16];
-            for (int r = 0; r < 16; r++) v[r] = load(e, e->vf, gep(e, e->f32, cs, ci64(e, (i * tb + j) * 256 + 16 * r)), 64);
-            transpose_square(e, v, 16);
+            c_tile_rows(e, cs, i * tb + j, v);
             for (int c = 0; c < 16; c++) {
-                int64_t tok = amx_token(16 * tb, j, c);
-                LLVMValueRef yr = gep(e, e->yty, LLVMGetParam(fn, AB_Y), ci64(e, tok * e->l->n + (e->l->cols ? 0 : 16 * i)));
-                LLVMValueRef cols = e->l->cols ? gep(e, e->i32, LLVMGetParam(fn, AB_COLS), ci64(e, 16 * i)) : LLVMGetParam(fn, AB_COLS);
+                LLVMValueRef yr = gep(e, e->yty, yi, ci64(e, amx_token(16 * tb, j, c) * e->l->n));
                 LLVMBasicBlockRef next = LLVMAppendBasicBlockInContext(e->c, fn, "whole.next");
-                emit_epilogue_at(e, 1, 1, fn, &v[c], yr, gep(e, e->f32, LLVMGetParam(fn, AB_BK), ci64(e, 16 * i)), cols,
-                                 ci64(e, 16), next);
+                emit_epilogue_at(e, 1, 1, fn, &v[c], yr, bki, colsi, ci64(e, 16), next);
                 LLVMPositionBuilderAtEnd(e->b, next);
             }
         }
+    }
     LLVMBuildRetVoid(e->b);
     LLVMPositionBuilderAtEnd(e->b, edge);
     /* C[i][j] is features × tokens: transposed into ct's token rows, feature tile i at 16·i */
     for (int i = 0; i < fa; i++)
         for (int j = 0; j < tb; j++) {
             LLVMValueRef v[16];
-            for (int r = 0; r < 16; r++) v[r] = load(e, e->vf, gep(e, e->f32, cs, ci64(e, (i * tb + j) * 256 + 16 * r)), 64);
-            transpose_square(e, v, 16);
+            c_tile_rows(e, cs, i * tb + j, v);
             for (int c = 0; c < 16; c++) store(e, v[c], gep(e, e->f32, ct, ci64(e, amx_token(16 * tb, j, c) * ctw + 16 * i)), 64);
         }
     /* the epilogue, one token row at a time: only the block's valid tokens are stored */
