@@ -177,8 +177,10 @@ def test_recovery(tok):
         tjt.sparsify(tw_model, pattern=os.path.join(d, "p", "pattern.json"),
                      weights=os.path.join(d, "p", "model.safetensors"), backend="cpu")
     b0 = out_cos(tw_model, bdense, bheld)
-    res = tjt.finetune(tw_model, bdense, bcal, steps=80, lr=5e-4, loss="layers", eval_every=10, progress=quiet)
+    res = tjt.finetune(tw_model, bdense, bcal, steps=80, lr=5e-4, eval_every=10, progress=quiet)
     b1 = out_cos(tw_model, bdense, bheld)
+    check(res["loss"] == "layers", "an encoder's default distillation loss is every layer's hidden states (%s)"
+          % res["loss"])
     check(b1 > b0 and res["heldout_after"] < res["heldout_before"],
           "finetune (TWLinear model, loss 'layers'): held-out cosine %.4f → %.4f" % (b0, b1))
     check(same_pattern_and_zeros(tw_model, brep.pattern), "  the pattern holds after fine-tuning")

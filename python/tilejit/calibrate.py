@@ -117,8 +117,10 @@ def main(argv=None):
                          "distillation fine-tuning against the dense model (finetune); default none")
     ap.add_argument("--recover-steps", type=int, default=200, help="Adam steps per block (200)")
     ap.add_argument("--recover-lr", type=float, default=1e-4, help="block reconstruction's learning rate (1e-4)")
-    ap.add_argument("--finetune-steps", type=int, default=200, help="fine-tuning steps (200)")
-    ap.add_argument("--finetune-lr", type=float, default=2e-5, help="fine-tuning's learning rate (2e-5)")
+    ap.add_argument("--finetune-steps", type=int, default=600, help="fine-tuning steps (600)")
+    ap.add_argument("--finetune-lr", type=float, default=2e-4, help="fine-tuning's learning rate (2e-4)")
+    ap.add_argument("--finetune-samples", type=int, default=None, metavar="N",
+                    help="samples fine-tuning trains on (default: all of the calibration text)")
     ap.add_argument("--finetune-loss", default=None, choices=["hidden", "layers", "logits"],
                     help="fine-tuning's loss (default: logits for causal LMs, hidden for encoders)")
     ap.add_argument("--stats-out", default=None, metavar="FILE",
@@ -230,8 +232,13 @@ def run(a):
             evaluate("block recovery")
         if a.recover == "finetune":
             t = time.perf_counter()
-            summary["finetune"] = tjt.finetune(model, teacher, cal_batches, steps=a.finetune_steps, lr=a.finetune_lr,
-                                               loss=a.finetune_loss, num_samples=n_cal, progress=log)
+            # an encoder's fine-tuning gains from all the text it is given, not only the calibration
+            # samples; a decoder's keeps the calibration chunks (the teacher's logits are held in memory)
+            n_ft = a.finetune_samples or (len(texts) if not causal else n_cal)
+            ft_batches = batches_for(tok, texts, causal, n_ft, max_len, bs)
+            summary["finetune"] = tjt.finetune(model, teacher, ft_batches, steps=a.finetune_steps, lr=a.finetune_lr,
+                                               loss=a.finetune_loss, progress=log)
+            summary["finetune"]["samples"] = sum(int(b["input_ids"].shape[0]) for b in ft_batches)
             summary["seconds"]["finetune"] = round(time.perf_counter() - t, 1)
             if a.evaluate:
                 evaluate("fine-tuning")
