@@ -220,6 +220,31 @@ def expect(what, fn, model, words):
     check(unchanged(model, st), "%s: the model is unchanged" % what)
 
 
+def test_token_errors():
+    """Recovery's loss is the mean of each real token's relative squared error: a token with
+    activations thousands of times the others' (a decoder's attention sink) weighs as one token,
+    padding not at all, and the gradient reaches the output."""
+    from tilejit.sequential import token_errors
+    g = torch.Generator().manual_seed(1)
+    ref = torch.randn(2, 5, 16, generator=g)
+    ref[0, 0] *= 1e4  # the sink
+    out = ref + 0.1 * torch.randn(2, 5, 16, generator=g)
+    mask = torch.ones(2, 5, dtype=torch.bool)
+    mask[1, 3:] = False
+    out[1, 3:] += 100.0  # padding, wildly wrong: must not count
+    want = torch.stack([((out[b, t] - ref[b, t]) ** 2).sum() / (ref[b, t] ** 2).sum()
+                        for b in range(2) for t in range(5) if mask[b, t]])
+    out.requires_grad_(True)
+    e = token_errors(out, ref, mask)
+    check(e.shape == (8,) and torch.allclose(e, want, rtol=1e-5),
+          "token_errors: one relative error per real token (%s)" % (e.shape,))
+    check(float(e[0]) < 1e-6 and float(e.mean()) > 1e-3,
+          "token_errors: the sink token is one token of eight (its %.2e, mean %.2e)" % (float(e[0]), float(e.mean())))
+    e.mean().backward()
+    check(out.grad is not None and bool(out.grad[1, 3:].eq(0).all()) and float(out.grad[0, 1].abs().sum()) > 0,
+          "token_errors: gradients reach real tokens and not the padding")
+
+
 def test_bad_input(tok):
     cal = D.token_chunks(tok, " ".join(tiny.sentences(200, 2, 8, 30)), 16, 32, 8)
     dense, model, _ = pruned_pair(tiny.llama, cal, num_samples=16)
@@ -240,6 +265,7 @@ def test_bad_input(tok):
 def main():
     tok = tiny.tokenizer()
     test_gradients()
+    test_token_errors()
     test_recovery(tok)
     test_bad_input(tok)
     print(check.summary())

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from .sequential import (PruneError, PruneInterrupted, _hidden_of, _Inputs, _logger, _ModelState, _restore,
-                         call_model, catch_inputs, find_blocks, take_batches, token_mask)
+                         call_model, catch_inputs, find_blocks, take_batches, token_errors, token_mask)
 
 _ACT = {"none": None, "relu": torch.relu, "gelu": lambda y: nn.functional.gelu(y, approximate="none")}
 
@@ -163,16 +163,6 @@ def _norm_params(block):
     return out
 
 
-def _masked_mse(out, target, mask):
-    """Mean squared error over real tokens, relative to the target's mean square."""
-    d = (out - target).float()
-    if mask is not None and d.shape[:-1] == mask.shape:
-        d, t = d[mask], target.float()[mask]
-    else:
-        t = target.float()
-    return (d * d).mean() / (t * t).mean().clamp(min=1e-20)
-
-
 def _fit(params, lr, steps, train, loss_at, held_loss, before, eval_every, patience, what, on_eval=None):
     """Adam on params over the batches `train` in turn (loss_at(b) → scalar tensor), with early
     stopping: every `eval_every` steps (and at the last) held_loss() is measured, the best state
@@ -213,7 +203,8 @@ def reconstruct_block(block, names, pattern_by_name, ins, P, targets, *, steps=2
     """Block-local reconstruction: Adam on the block's kept weights (the pruned layers `names`,
     swapped for TileLinear while it trains), their biases and the block's norm parameters, so
     that the block run on the pruned model's inputs P[b] reproduces targets[b] (the dense block's
-    outputs); mean squared error relative to the target's mean square over real tokens. The last
+    outputs); the loss is the mean over real tokens of each token's relative squared error
+    (tilejit.sequential.token_errors). The last
     `holdout` of the batches (at least one, when there are two or more) is held out: every
     `eval_every` steps its loss is measured, the best state kept, and training stops after
     `patience` evaluations without improvement. Returns {"steps", "train_loss", "heldout_before",
@@ -241,11 +232,11 @@ def reconstruct_block(block, names, pattern_by_name, ins, P, targets, *, steps=2
             p.requires_grad_(True)
         def held_loss():
             with torch.no_grad():
-                return sum(float(_masked_mse(_hidden_of(ins[b].call(block, P[b])), targets[b], ins[b].mask))
+                return sum(float(token_errors(_hidden_of(ins[b].call(block, P[b])), targets[b], ins[b].mask).mean())
                            for b in held) / len(held)
 
         def loss_at(b):
-            return _masked_mse(_hidden_of(ins[b].call(block, P[b])), targets[b], ins[b].mask)
+            return token_errors(_hidden_of(ins[b].call(block, P[b])), targets[b], ins[b].mask).mean()
         before = held_loss()
         step, best, last = _fit(params, lr, steps, train, loss_at, held_loss, before, eval_every, patience,
                                 "recovery of %s" % what)
@@ -359,7 +350,7 @@ def _distill_loss(kind, out, ref, batch):
                              "output_hidden_states=True); this model's output has none")
         tot = 0
         for h, r in zip(hs[1:], rs[1:]):
-            tot = tot + _masked_mse(h, r, mask)
+            tot = tot + token_errors(h, r, mask).mean()
         return tot / max(1, len(hs) - 1)
     raise PruneError("finetune: loss=%r: expected 'hidden', 'layers', 'logits' or a callable" % (kind,))
 

@@ -143,6 +143,20 @@ def _rows(t, mask):
     return t.reshape(-1, t.shape[-1]).float()
 
 
+def token_errors(out, ref, mask):
+    """Each real token's relative squared error ‖out − ref‖² / ‖ref‖² over the features, float32
+    and differentiable in `out`: the measure of a block's output error, so that a few tokens with
+    massive activations (a decoder's attention sinks, thousands of times the others' norm) do not
+    stand for all of them, as they would in one global ratio. Padding is left out when the token
+    mask matches the leading dimensions."""
+    d, r = (out - ref).float(), ref.detach().float()
+    if mask is not None and d.shape[:-1] == mask.shape:
+        d, r = d[mask], r[mask]
+    d, r = d.reshape(-1, d.shape[-1]), r.reshape(-1, r.shape[-1])
+    rn = (r * r).sum(1)
+    return (d * d).sum(1) / rn.clamp(min=1e-12 * float(rn.mean()) + 1e-30)
+
+
 # ---- statistics (float64 sums of float32 products, as docs/pruning-calibrated.md) -------------
 
 _CHUNK = 4096
@@ -1044,18 +1058,15 @@ def profile(model, block_list, ins, selected, in_block, prof_batches, pruner, st
 
     def block_error(bi, bmod, PH, ref):
         """The error of block bi's output on the profile batches (inputs PH): the mean over real
-        tokens of each token's relative squared error, so that a few tokens with massive
-        activations (a decoder's attention sinks, thousands of times the others' norm) do not
-        stand for all of them."""
+        tokens of each token's relative squared error (token_errors)."""
         if whole:
             return model_loss(bi)
         tot, count = 0.0, 0
         with torch.no_grad():
             for i, p in enumerate(pins):
-                o, r = _rows(_hidden_of(p.call(bmod, PH[i])), p.mask), _rows(ref[i], p.mask)
-                rn = (r * r).sum(1)
-                tot += float((((o - r) ** 2).sum(1) / rn.clamp(min=1e-12 * float(rn.mean()) + 1e-30)).sum())
-                count += r.shape[0]
+                e = token_errors(_hidden_of(p.call(bmod, PH[i])), ref[i], p.mask)
+                tot += float(e.sum())
+                count += e.numel()
         return tot / max(count, 1)
 
     def set_weights(lin, w, b):
