@@ -204,12 +204,11 @@ def reconstruct_block(block, names, pattern_by_name, ins, P, targets, *, steps=2
     swapped for TileLinear while it trains), their biases and the block's norm parameters, so
     that the block run on the pruned model's inputs P[b] reproduces targets[b] (the dense block's
     outputs); the loss is the mean over real tokens of each token's relative squared error
-    (tilejit.sequential.token_errors). The last
-    `holdout` of the batches (at least one, when there are two or more) is held out: every
-    `eval_every` steps its loss is measured, the best state kept, and training stops after
-    `patience` evaluations without improvement. Returns {"steps", "train_loss", "heldout_before",
-    "heldout_after", "seconds"}; the block keeps its best state (never worse than before on the
-    held-out batches)."""
+    (tilejit.sequential.token_errors). The last `holdout` of the batches (at least one, when
+    there are two or more) is held out: every `eval_every` steps its loss is measured, the best
+    state kept, and training stops after `patience` evaluations without improvement. Returns
+    {"steps", "train_loss", "heldout_before", "heldout_after", "seconds"}; the block keeps its best
+    state (never worse than before on the held-out batches)."""
     t0 = time.perf_counter()
     log = log or (lambda m: None)
     nb = len(ins)
@@ -230,13 +229,12 @@ def reconstruct_block(block, names, pattern_by_name, ins, P, targets, *, steps=2
             p.requires_grad_(False)
         for p in params:
             p.requires_grad_(True)
-        def held_loss():
-            with torch.no_grad():
-                return sum(float(token_errors(_hidden_of(ins[b].call(block, P[b])), targets[b], ins[b].mask).mean())
-                           for b in held) / len(held)
-
         def loss_at(b):
             return token_errors(_hidden_of(ins[b].call(block, P[b])), targets[b], ins[b].mask).mean()
+
+        def held_loss():
+            with torch.no_grad():
+                return sum(float(loss_at(b)) for b in held) / len(held)
         before = held_loss()
         step, best, last = _fit(params, lr, steps, train, loss_at, held_loss, before, eval_every, patience,
                                 "recovery of %s" % what)
