@@ -196,9 +196,15 @@ def test_recovery(tok):
         check(json.dumps(saved["layers"], sort_keys=True) == json.dumps(brep.pattern["layers"], sort_keys=True),
               "  the saved pattern is the pruned one")
     # a finetune of a dense-layer model (prune()'s output) with the default loss (logits: KL)
+    rec2 = copy.deepcopy(rec)
     res2 = tjt.finetune(rec, dense, cal, steps=20, lr=1e-3, progress=quiet)
     check(res2["loss"] == "logits" and same_pattern_and_zeros(rec, rep.pattern),
           "finetune of prune()'s model (nn.Linear layers, KL of the logits): the pattern holds")
+    # the teacher's outputs recomputed for every batch instead of held: the same training
+    res3 = tjt.finetune(rec2, dense, cal, steps=20, lr=1e-3, teacher_cache_gb=0, progress=quiet)
+    check(res2["teacher_cached"] == len(cal) and res3["teacher_cached"] == 0 and unchanged(rec2, state(rec)),
+          "  with teacher_cache_gb=0 (%d of %d batches held, against %d): bit-identical weights"
+          % (res3["teacher_cached"], len(cal), res2["teacher_cached"]))
 
 
 def state(m):
