@@ -251,6 +251,25 @@ def test_token_errors():
           "token_errors: gradients reach real tokens and not the padding")
 
 
+def test_layers_loss():
+    """finetune's "layers" loss: per hidden state after the embeddings, the squared error over the
+    target's square summed over the real tokens (one ratio per layer), averaged over the layers."""
+    from types import SimpleNamespace
+    from tilejit.recover import _distill_loss
+    g = torch.Generator().manual_seed(2)
+    rs = [torch.randn(2, 4, 8, generator=g) for _ in range(3)]
+    hs = [r + 0.2 * torch.randn(2, 4, 8, generator=g) for r in rs]
+    hs[1][0, 0] += 50.0  # one token far off: one ratio, so it weighs by its squared error
+    mask = torch.ones(2, 4, dtype=torch.long)
+    mask[1, 2:] = 0
+    hs[2][1, 2:] += 1e3  # padding: must not count
+    m = mask.bool()
+    want = sum(((h - r)[m] ** 2).sum() / (r[m] ** 2).sum() for h, r in zip(hs[1:], rs[1:])) / 2
+    got = _distill_loss("layers", SimpleNamespace(hidden_states=tuple(hs)), SimpleNamespace(hidden_states=tuple(rs)),
+                        {"input_ids": torch.zeros(2, 4, dtype=torch.long), "attention_mask": mask})
+    check(torch.allclose(got, want, rtol=1e-5), "finetune's 'layers' loss: %.6f, by hand %.6f" % (float(got), float(want)))
+
+
 def test_bad_input(tok):
     cal = D.token_chunks(tok, " ".join(tiny.sentences(200, 2, 8, 30)), 16, 32, 8)
     dense, model, _ = pruned_pair(tiny.llama, cal, num_samples=16)
@@ -272,6 +291,7 @@ def main():
     tok = tiny.tokenizer()
     test_gradients()
     test_token_errors()
+    test_layers_loss()
     test_recovery(tok)
     test_bad_input(tok)
     print(check.summary())
