@@ -75,6 +75,14 @@ tj_cpu_config tj_cpu_config_default(void) { return tj_cpu_config_default_vec(tj_
  *   the prefetches cost 20-40 % at M = 1 (768 × 3072 at s = 0.5: 66 → 89 GB/s without them;
  *   4096 × 4096: 30 → 43 GB/s), and beyond it they win or lose under 15 % (issue 25, round 6),
  *   so hosts in cpu_prefetch_rule prefetch only layers whose kept weights exceed the L3 there.
+ * pack_x_mb, pack_mb: pack -1 (auto) is 1 with mb pack_mb (when mb is auto) for calls whose X
+ *   takes more than pack_x_mb MB, else 0 (tj_cpu_config_resolve_m). With pack 0 a work item is
+ *   one column block, so each of a tile's column blocks gathers its X rows again; once X no
+ *   longer fits the last-level cache those gathers come from memory, a line per few floats.
+ *   Pack 1 gathers a tile's X once per item into a buffer the column blocks share, and mb 32
+ *   keeps that buffer in L2. AVX2, Zen 3 (32 MB L3, 512 KB L2), 4096 × 11008 at s = 0.75, M =
+ *   512 (X 22.5 MB): 1 thread 231-382 → 195-209 ms, 2 threads 153-211 → 104-118 ms; at M = 256
+ *   (X 11 MB) both 96 ms (bench/RESULTS.md, issue 25, round 9). Not measured with AVX-512: off.
  * order1_kept, order1_mb: order -1 (auto) runs work items token-chunk-major (order 1: a chunk
  *   of gathered X stays in L2 while every tile passes by) when tiles keep under order1_kept of
  *   k and the kept weights take at most order1_mb MB (each chunk streams them all again), else
@@ -85,12 +93,13 @@ tj_cpu_config tj_cpu_config_default(void) { return tj_cpu_config_default_vec(tj_
  *   chunk-major won by ~30 % at s = 0.9 and lost 5-10 % at s ≤ 0.75). */
 static const struct cpu_blocking {
     int vec, mr, nr, kc, kc_rows, prefetch;
-    double order1_kept, order1_mb;
+    double order1_kept, order1_mb, pack_x_mb;
+    int pack_mb;
 } cpu_blocking[] = {
-    {16, 6, 64, 384, 1024, 1024, 0.3, 24},
-    {8, 4, 24, 384, 2730, 1024, 0.2, 1e9},
-    {4, 4, 8, 0, 0, 0, 0.2, 1e9},
-    {1, 4, 2, 0, 0, 0, 0.2, 1e9},
+    {16, 6, 64, 384, 1024, 1024, 0.3, 24, 0, 0},
+    {8, 4, 24, 384, 2730, 1024, 0.2, 1e9, 16, 32},
+    {4, 4, 8, 0, 0, 0, 0.2, 1e9, 0, 0},
+    {1, 4, 2, 0, 0, 0, 0.2, 1e9, 0, 0},
 };
 
 /* Hosts (LLVM CPU names, by prefix) whose prefetch pays only beyond an L3 of l3_mb MB of kept
@@ -122,7 +131,7 @@ tj_cpu_config tj_cpu_config_default_vec(int vec)
 {
     const struct cpu_blocking *b = blocking_for(vec);
     tj_cpu_config c = {.mr = b->mr, .nr = b->nr, .offsets = TJ_CPU_OFFSETS_TABLE, .unroll = 4, .mb = 0, .vec = 0, .kc = -1,
-                       .pack = 0, .order = -1, .serial = 0};
+                       .pack = -1, .order = -1, .serial = 0};
     return c;
 }
 
@@ -241,6 +250,7 @@ int64_t tj_cpu_config_mb(const tj_cpu_config *c)
 void tj_cpu_config_resolve(tj_cpu_config *c, const tj_layer *l)
 {
     if (c->vec == 0) c->vec = tj_cpu_host_vec();
+    if (c->pack < 0) c->pack = 0; /* auto without a call size (tj_cpu_config_resolve_m decides for one) */
     if (c->order < 0) { /* the blocking table's rule: chunk-major for sparse enough layers */
         const struct cpu_blocking *b = blocking_for(c->vec);
         double kept = l->ntiles ? (double)l->tile_ptr[l->ntiles] / ((double)l->ntiles * (double)l->k) : 1.0;
@@ -263,7 +273,7 @@ void tj_cpu_config_resolve(tj_cpu_config *c, const tj_layer *l)
         int64_t rows = 0;
         for (int64_t t = 0; t < l->ntiles; t++)
             if (tj_tile_nrows(l, t) > rows) rows = tj_tile_nrows(l, t);
-        int can = c->offsets == TJ_CPU_OFFSETS_TABLE && !c->pack && c->dtype != TJ_CPU_ACT_BF16;
+        int can = c->offsets == TJ_CPU_OFFSETS_TABLE && c->pack <= 0 && c->dtype != TJ_CPU_ACT_BF16;
         c->kc = can && b->kc > 0 && rows > b->kc_rows ? b->kc : 0;
     }
 }
@@ -277,6 +287,13 @@ void tj_cpu_config_resolve_m(tj_cpu_config *c, const tj_layer *l, int64_t m)
          * up to 1.8× to it: four feature tiles share three B tile registers); above, amx 32 × 32
          * wins on every shape but 384 × 384 (4096 × 4096, M = 32: 1.5×) */
         if (m <= 16) c->dot = TJ_CPU_DOT_AMX_X, c->mr = 16, c->nr = 32;
+    }
+    if (c->pack < 0) { /* the blocking table's rule for calls whose X outgrows the cache */
+        const struct cpu_blocking *b = blocking_for(vec);
+        int fp32 = c->dtype != TJ_CPU_ACT_BF16 && c->offsets == TJ_CPU_OFFSETS_TABLE;
+        int big = b->pack_x_mb > 0 && m > 0 && 4.0 * (double)m * (double)l->k > b->pack_x_mb * 1024.0 * 1024.0;
+        c->pack = fp32 && big && c->mb == 0 ? 1 : 0;
+        if (c->pack) c->mb = b->pack_mb;
     }
     tj_cpu_config_resolve(c, l);
 }
@@ -303,7 +320,7 @@ int64_t tj_cpu_config_kc(const tj_cpu_config *c)
 {
     /* AMX: X is staged per k-chunk (its stack buffer stays bounded for long k); whole k-steps */
     if (c->dot == TJ_CPU_DOT_AMX) return c->kc > 0 ? (c->kc + TJ_AMX_K - 1) / TJ_AMX_K * TJ_AMX_K : TJ_AMX_KC;
-    if (c->offsets == TJ_CPU_OFFSETS_UNROLLED || c->pack || c->dtype == TJ_CPU_ACT_BF16) return INT32_MAX; /* whole tiles */
+    if (c->offsets == TJ_CPU_OFFSETS_UNROLLED || c->pack > 0 || c->dtype == TJ_CPU_ACT_BF16) return INT32_MAX; /* whole tiles */
     /* 0: no k-blocking (-1, auto, is resolved by tj_cpu_config_resolve from the blocking table) */
     return c->kc > 0 ? c->kc : INT32_MAX;
 }
@@ -337,12 +354,12 @@ tj_status tj_cpu_config_check(const tj_cpu_config *c, tj_error *err)
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: unroll %d is outside [1, 64]", c->unroll);
     if (c->order < -1 || c->order > 1)
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: order %d is not -1 (auto), 0 or 1", c->order);
-    if (c->pack < 0 || c->pack > 2)
-        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: pack %d is not 0, 1 or 2", c->pack);
+    if (c->pack < -1 || c->pack > 2)
+        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: pack %d is not -1 (auto), 0, 1 or 2", c->pack);
     if (c->pack == 2 && (c->dot == TJ_CPU_DOT_DPBF16 || tj_cpu_dot_amx(c->dot)))
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: dot %s reads X as row pairs (pack 0 or 1, not the pack 2 panels)",
                        tj_cpu_dot_name(c->dot));
-    if (c->pack && c->offsets == TJ_CPU_OFFSETS_UNROLLED)
+    if (c->pack > 0 && c->offsets == TJ_CPU_OFFSETS_UNROLLED)
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: pack needs \"offsets\": \"table\" (packed rows need no offsets)");
     if (c->kc < -1 || c->kc > 1 << 24)
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: kc %d is outside [-1 (auto), 2^24]", c->kc);
@@ -419,7 +436,7 @@ tj_status tj_cpu_config_from_json(const char *json, tj_cpu_config *out, tj_error
     if ((s = json_int(o, "mb", 0, 1 << 20, &out->mb, err))) goto done;
     if ((s = json_int(o, "vec", 0, 16, &out->vec, err))) goto done;
     if ((s = json_int(o, "kc", -1, 1 << 24, &out->kc, err))) goto done;
-    if ((s = json_int(o, "pack", 0, 2, &out->pack, err))) goto done;
+    if ((s = json_int(o, "pack", -1, 2, &out->pack, err))) goto done;
     if ((s = json_int(o, "order", -1, 1, &out->order, err))) goto done;
     if ((s = json_int(o, "serial", -1, 1 << 30, &out->serial, err))) goto done;
     v = json_object_get(o, "weights");
@@ -526,7 +543,7 @@ void tj_cpu_pack_weights(const tj_plan *p, const tj_cpu_config *cfg, const void 
 
 int64_t tj_cpu_config_piece(const tj_cpu_config *c)
 {
-    if (c->offsets == TJ_CPU_OFFSETS_UNROLLED || c->pack || c->dtype == TJ_CPU_ACT_BF16) return INT32_MAX;
+    if (c->offsets == TJ_CPU_OFFSETS_UNROLLED || c->pack > 0 || c->dtype == TJ_CPU_ACT_BF16) return INT32_MAX;
     return c->nr;
 }
 
@@ -1345,7 +1362,7 @@ static tj_status emit_item(em *e, tj_cpu_emit_info *info, tj_error *err)
         for (int b = 1; b <= nv; b++) {
             if (!need_nv[b]) { mk[(a - 1) * nv + (b - 1)] = LLVMConstNull(e->ptr); continue; }
             if (!variant[v][b]) {
-                e->packed = e->cfg->pack ? e->cfg->pack : e->xbf;
+                e->packed = e->cfg->pack > 0 ? e->cfg->pack : e->xbf;
                 variant[v][b] = e->dp ? emit_mk_dp(e, v, b) : emit_mk_table(e, v, b);
                 e->packed = 0;
             }
@@ -1389,7 +1406,7 @@ static tj_status emit_item(em *e, tj_cpu_emit_info *info, tj_error *err)
     LLVMValueRef scr = LLVMBuildArrayAlloca(e->b, e->f32, ci64(e, mbmax * nv * V), "scratch");
     LLVMSetAlignment(scr, 64);
     LLVMValueRef xp = NULL;
-    if (e->cfg->pack || e->xbf) {
+    if (e->cfg->pack > 0 || e->xbf) {
         xp = LLVMBuildArrayAlloca(e->b, e->xpty, ci64(e, mbmax * (rpmax > 0 ? rpmax : 1) + 32), "xpacked"); /* + staging's spill */
         LLVMSetAlignment(xp, 64);
     }
@@ -2291,7 +2308,7 @@ tj_status tj_cpu_emit_module_for(LLVMContextRef llctx, const tj_layer *l, const 
     e.xty = e.xbf ? e.i16 : e.f32;
     e.yty = e.ybf ? e.i16 : e.f32;
     e.xpty = e.dp || e.amx || e.amx_x ? e.i16 : e.f32;
-    e.packed_item = cfg->pack ? cfg->pack : e.xbf;
+    e.packed_item = cfg->pack > 0 ? cfg->pack : e.xbf;
     e.pf = prefetch_for(blocking_for(cfg->vec), e.cpu, l, cfg->weights == TJ_CPU_WEIGHTS_BF16 ? 2 : 4);
     e.vptr = LLVMVectorType(e.ptr, (unsigned)e.V);
     LLVMTypeRef mkp[MK_NARGS] = {e.ptr, e.ptr, e.ptr, e.ptr, e.i64, e.i64, e.ptr, e.ptr, e.i64, e.ptr, e.i64, e.i64};

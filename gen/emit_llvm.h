@@ -17,7 +17,7 @@ typedef enum tj_cpu_offsets {
 } tj_cpu_offsets;
 
 /* One point of the CPU search space. JSON form (every key optional, defaults below):
- *   {"mr": 6, "nr": 64, "offsets": "table", "unroll": 4, "mb": 0, "kc": -1, "pack": 0, "order": -1, "vec": 0}
+ *   {"mr": 6, "nr": 64, "offsets": "table", "unroll": 4, "mb": 0, "kc": -1, "pack": -1, "order": -1, "vec": 0}
  * mr: tokens per register block (1..16; dot amx: 16 or 32); nr: features per register block, a
  * multiple of the vector width (mr · nr/vec accumulators must fit the register file, ≤ 28
  * vectors with AVX-512; dot amx: 16..64 within its 8 tiles);
@@ -29,7 +29,9 @@ typedef enum tj_cpu_offsets {
  * pack: 1 gathers each work item's X rows of the tile into a contiguous stack buffer first
  *   (mb × kept rows floats), 2 packs them into mr-token panels (xp[p][r][i], the register
  *   block's broadcasts then read one sequential stream), 0 broadcasts straight from X (table
- *   mode only); the staged X is shared by all the tile's column blocks;
+ *   mode only); the staged X is shared by all the tile's column blocks; -1: auto, 0 unless the
+ *   blocking table's rule for large calls applies (tj_cpu_config_resolve_m: X of more than
+ *   pack_x_mb MB, on AVX2 hosts, takes pack 1 with mb 32);
  * order: work items tile-major (0: a tile's weights stay in cache across token chunks) or
  *   token-chunk-major (1: a chunk of X stays in L2 across tiles); -1: auto, 1 when tiles keep
  *   under 20 % of k (little work per byte of gathered X), else 0. mb auto is 48 with order 1;
@@ -95,12 +97,14 @@ tj_status tj_cpu_config_from_json(const char *json, tj_cpu_config *out, tj_error
 char *tj_cpu_config_to_json(const tj_cpu_config *c);
 /* Checks a config (vec resolved) for a given layer: register budget, nr multiple of vec. */
 tj_status tj_cpu_config_check(const tj_cpu_config *c, tj_error *err);
-/* Resolves the automatic choices (vec 0, order -1, dot auto, kc -1) of c for layer l on the host.
+/* Resolves the automatic choices (vec 0, order -1, dot auto, kc -1, pack -1: 0) of c for layer l on the host.
  * A dot amx config takes the AMX block (mr 32, nr 32) unless c's block is one; amx_x 16 × 32. */
 void tj_cpu_config_resolve(tj_cpu_config *c, const tj_layer *l);
 /* The same for calls of m tokens (0: unknown, large). The built-in choice of a bf16 config's
  * automatic dot on an AMX host: m ≤ 16 amx_x 16 × 32 (an X tile of m rows: the tile unit does
- * only the call's work), above it amx 32 × 32. */
+ * only the call's work), above it amx 32 × 32. An fp32 config's automatic pack (with mb auto)
+ * is the blocking table's large-call rule: pack 1, mb pack_mb where m · k floats exceed its
+ * pack_x_mb. */
 void tj_cpu_config_resolve_m(tj_cpu_config *c, const tj_layer *l, int64_t m);
 /* 1 when the JSON object text names `key` (a config's explicit choice), else 0. */
 int tj_cpu_config_json_has(const char *json, const char *key);

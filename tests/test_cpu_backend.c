@@ -253,6 +253,60 @@ static void test_threads_identical(tj_cpu_jit *jit, tj_pool *pool)
     free_layer(&d);
 }
 
+/* ---- 3b. the large-call rule: pack auto (-1) resolves per call size. On the AVX2 row of the
+ * blocking table a call whose X is over 16 MB gathers each tile's X once per item (pack 1, mb
+ * 32); smaller calls, an explicit pack or mb, and the AVX-512 row keep pack 0. The large-call
+ * variant is checked against the reference on such a call, on 1 and 2 threads. */
+static void test_large_call_pack(tj_cpu_jit *jit, tj_pool *pool)
+{
+    wcase c = {"large call", 100, 8192, 64, 0.5, 1, 0, 0, TJ_ACT_RELU, TJ_F32, 1};
+    layer_data d;
+    if (!make_layer(&c, 77, &d)) { CHECK(0); return; }
+    int64_t big = 520, small = 256; /* X: 520 · 8192 floats = 16.3 MB; 256: 8 MB */
+    tj_cpu_config avx2 = tj_cpu_config_default_vec(8);
+    avx2.vec = 8;
+    CHECKF(avx2.pack == -1, "the default's pack is %d, not auto", avx2.pack);
+    tj_cpu_config r = avx2;
+    tj_cpu_config_resolve_m(&r, &d.l, big);
+    CHECKF(r.pack == 1 && r.mb == 32 && r.kc == 0, "M=%lld: pack %d mb %d kc %d", (long long)big, r.pack, r.mb, r.kc);
+    r = avx2;
+    tj_cpu_config_resolve_m(&r, &d.l, small);
+    CHECKF(r.pack == 0 && r.mb == 0, "M=%lld: pack %d mb %d", (long long)small, r.pack, r.mb);
+    r = avx2;
+    tj_cpu_config_resolve_m(&r, &d.l, 0); /* unknown size */
+    CHECKF(r.pack == 0, "M unknown: pack %d", r.pack);
+    r = avx2;
+    r.pack = 0;
+    tj_cpu_config_resolve_m(&r, &d.l, big);
+    CHECKF(r.pack == 0 && r.mb == 0, "explicit pack 0: pack %d mb %d", r.pack, r.mb);
+    r = avx2;
+    r.mb = 48;
+    tj_cpu_config_resolve_m(&r, &d.l, big);
+    CHECKF(r.pack == 0 && r.mb == 48, "explicit mb 48: pack %d mb %d", r.pack, r.mb);
+    r = tj_cpu_config_default_vec(16);
+    r.vec = 16;
+    tj_cpu_config_resolve_m(&r, &d.l, big);
+    CHECKF(r.pack == 0, "AVX-512 row: pack %d", r.pack);
+    tj_error err;
+    char *j = tj_cpu_config_to_json(&avx2);
+    tj_cpu_config back;
+    CHECKF(j && tj_cpu_config_from_json(j, &back, &err) == TJ_OK && back.pack == -1, "pack -1 round trip: %s", j ? j : "?");
+    free(j);
+    CHECKF(tj_cpu_config_from_json("{\"pack\": -2}", &back, &err) != TJ_OK, "pack -2 accepted");
+    if (tj_cpu_host_vec() >= 8) {
+        r = avx2;
+        tj_cpu_config_resolve_m(&r, &d.l, big);
+        float *y1 = NULL, *y2 = NULL;
+        double e1 = check_one(jit, pool, &d, &r, big, 1, 11, "lc1", &y1);
+        double e2 = check_one(jit, pool, &d, &r, big, 2, 11, "lc2", &y2);
+        CHECKF(e1 <= TOL && e2 <= TOL, "large call: relerr %g (1 thread) / %g (2 threads)", e1, e2);
+        CHECK(y1 && y2 && memcmp(y1, y2, (size_t)(big * c.n) * sizeof *y1) == 0);
+        free(y1);
+        free(y2);
+    }
+    free_layer(&d);
+}
+
 /* ---- 4. many threads on one compiled layer (pool contention: losers run alone) */
 typedef struct shared_run {
     const tj_cpu_layer *cl;
@@ -674,6 +728,7 @@ int main(void)
     test_cases(jit, pool);
     test_decode_splits(jit, pool);
     test_threads_identical(jit, pool);
+    test_large_call_pack(jit, pool);
     test_concurrent(jit, pool);
     test_public_api();
     test_shared_packing(jit, pool);
