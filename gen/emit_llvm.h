@@ -104,7 +104,8 @@ void tj_cpu_config_resolve(tj_cpu_config *c, const tj_layer *l);
  * automatic dot on an AMX host: m ≤ 16 amx_x 16 × 32 (an X tile of m rows: the tile unit does
  * only the call's work), above it amx 32 × 32. An fp32 config's automatic pack (with mb auto)
  * is the blocking table's large-call rule: pack 1, mb pack_mb where m · k floats exceed its
- * pack_x_mb. */
+ * pack_x_mb (m 0 counts as 4096, so that the runtime's bucket above 4096 tokens takes the same
+ * kernel as the one below it and no layer compiles a variant for it alone). */
 void tj_cpu_config_resolve_m(tj_cpu_config *c, const tj_layer *l, int64_t m);
 /* 1 when the JSON object text names `key` (a config's explicit choice), else 0. */
 int tj_cpu_config_json_has(const char *json, const char *key);

@@ -273,8 +273,16 @@ static void test_large_call_pack(tj_cpu_jit *jit, tj_pool *pool)
     tj_cpu_config_resolve_m(&r, &d.l, small);
     CHECKF(r.pack == 0 && r.mb == 0, "M=%lld: pack %d mb %d", (long long)small, r.pack, r.mb);
     r = avx2;
-    tj_cpu_config_resolve_m(&r, &d.l, 0); /* unknown size */
-    CHECKF(r.pack == 0, "M unknown: pack %d", r.pack);
+    tj_cpu_config_resolve_m(&r, &d.l, 0); /* unknown size, counted as 4096: X 128 MB */
+    CHECKF(r.pack == 1 && r.mb == 32, "M unknown: pack %d mb %d", r.pack, r.mb);
+    wcase cs = c;
+    cs.k = 512; /* X at M = 4096: 8 MB */
+    layer_data ds;
+    if (!make_layer(&cs, 78, &ds)) { CHECK(0); free_layer(&d); return; }
+    r = avx2;
+    tj_cpu_config_resolve_m(&r, &ds.l, 0);
+    CHECKF(r.pack == 0, "M unknown, k 512: pack %d", r.pack);
+    free_layer(&ds);
     r = avx2;
     r.pack = 0;
     tj_cpu_config_resolve_m(&r, &d.l, big);
