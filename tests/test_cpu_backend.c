@@ -235,6 +235,24 @@ static void test_decode_splits(tj_cpu_jit *jit, tj_pool *pool)
     }
 }
 
+/* Config cfg on m tokens: within TOL of the reference on 1 thread and on `threads` (0: the
+ * pool's), and the two results bit for bit the same. */
+static void check_threads_same(tj_cpu_jit *jit, tj_pool *pool, const layer_data *d, const tj_cpu_config *cfg, int64_t m,
+                               int threads, uint64_t seed, const char *what)
+{
+    static int calls; /* JIT symbol prefixes are unique per build */
+    char p1[32], p2[32];
+    snprintf(p1, sizeof p1, "ts%d", 2 * calls);
+    snprintf(p2, sizeof p2, "ts%d", 2 * calls++ + 1);
+    float *y1 = NULL, *y2 = NULL;
+    double e1 = check_one(jit, pool, d, cfg, m, 1, seed, p1, &y1);
+    double e2 = check_one(jit, pool, d, cfg, m, threads, seed, p2, &y2);
+    CHECKF(e1 <= TOL && e2 <= TOL, "%s: relerr %g (1 thread) / %g (%d threads)", what, e1, e2, threads);
+    CHECKF(y1 && y2 && memcmp(y1, y2, (size_t)(m * d->l.n) * sizeof *y1) == 0, "%s: threads differ", what);
+    free(y1);
+    free(y2);
+}
+
 /* ---- 3. threads give bit-identical results */
 static void test_threads_identical(tj_cpu_jit *jit, tj_pool *pool)
 {
@@ -242,14 +260,7 @@ static void test_threads_identical(tj_cpu_jit *jit, tj_pool *pool)
     layer_data d;
     if (!make_layer(&c, 42, &d)) { CHECK(0); return; }
     tj_cpu_config cfg = tj_cpu_config_default();
-    float *y1 = NULL, *y2 = NULL;
-    int64_t m = 333;
-    double e1 = check_one(jit, pool, &d, &cfg, m, 1, 5, "t1", &y1);
-    double e2 = check_one(jit, pool, &d, &cfg, m, 0, 5, "t2", &y2);
-    CHECKF(e1 <= TOL && e2 <= TOL, "relerr %g / %g", e1, e2);
-    CHECK(y1 && y2 && memcmp(y1, y2, (size_t)(m * c.n) * sizeof *y1) == 0);
-    free(y1);
-    free(y2);
+    check_threads_same(jit, pool, &d, &cfg, 333, 0, 5, "threads");
     free_layer(&d);
 }
 
@@ -304,13 +315,7 @@ static void test_large_call_pack(tj_cpu_jit *jit, tj_pool *pool)
     if (tj_cpu_host_vec() >= 8) {
         r = avx2;
         tj_cpu_config_resolve_m(&r, &d.l, big);
-        float *y1 = NULL, *y2 = NULL;
-        double e1 = check_one(jit, pool, &d, &r, big, 1, 11, "lc1", &y1);
-        double e2 = check_one(jit, pool, &d, &r, big, 2, 11, "lc2", &y2);
-        CHECKF(e1 <= TOL && e2 <= TOL, "large call: relerr %g (1 thread) / %g (2 threads)", e1, e2);
-        CHECK(y1 && y2 && memcmp(y1, y2, (size_t)(big * c.n) * sizeof *y1) == 0);
-        free(y1);
-        free(y2);
+        check_threads_same(jit, pool, &d, &r, big, 2, 11, "large call");
     }
     free_layer(&d);
 }
