@@ -102,22 +102,33 @@ static const struct cpu_blocking {
     {1, 4, 2, 0, 0, 0, 0.2, 1e9, 0, 0},
 };
 
-/* Hosts (LLVM CPU names, by prefix) whose prefetch pays only beyond an L3 of l3_mb MB of kept
- * weights. Measured on Zen 4; Zen 5 keeps Zen 4's cache sizes per core complex. */
+/* Hosts (LLVM CPU names, by prefix) whose prefetch pays only on one side of an L3 of l3_mb MB
+ * of kept weights. Zen 4 (Zen 5 keeps its cache sizes per core complex): layers inside the L3
+ * go without it, at every M. Zen 3: calls of at most beyond_m tokens on layers beyond the L3 go
+ * without it; one core streaming from memory at M = 1-2 ran 15-25 % faster on the hardware
+ * prefetcher alone (4096 × 11008 and 11008 × 4096 at s = 0.5, M = 1: 6.1-6.8 → 4.6-5.7 ms), while
+ * from M = 4 it measured within the noise and at M = 8 the prefetch won, and inside the L3 it won
+ * or tied at M = 1 (bench/RESULTS.md, issue 25, round 10). */
 static const struct {
     const char *cpu;
     double l3_mb;
-} cpu_prefetch_rule[] = {{"znver4", 32}, {"znver5", 32}};
+    int inside;   /* 1: no prefetch for layers inside the L3 */
+    int beyond_m; /* > 0: no prefetch for calls of at most this many tokens beyond it */
+} cpu_prefetch_rule[] = {{"znver4", 32, 1, 0}, {"znver5", 32, 1, 0}, {"znver3", 32, 0, 2}};
 
-/* The prefetch distance for layer l on host cpu: the blocking's, unless the host's rule keeps
- * the layer's kept weights (fp32 or bf16) inside its L3. */
-static int prefetch_for(const struct cpu_blocking *b, const char *cpu, const tj_layer *l, int weight_bytes)
+/* The blocking table's row for hosts of vec floats per vector. */
+static const struct cpu_blocking *blocking_for(int vec);
+
+int tj_cpu_prefetch_for(const char *cpu, int vec, const tj_layer *l, int weight_bytes, int64_t m)
 {
     double mb = (double)tj_layer_kept(l) * weight_bytes / (1024.0 * 1024.0);
-    for (size_t i = 0; i < sizeof cpu_prefetch_rule / sizeof *cpu_prefetch_rule; i++)
-        if (!strncmp(cpu, cpu_prefetch_rule[i].cpu, strlen(cpu_prefetch_rule[i].cpu)) && mb <= cpu_prefetch_rule[i].l3_mb)
-            return 0;
-    return b->prefetch;
+    for (size_t i = 0; i < sizeof cpu_prefetch_rule / sizeof *cpu_prefetch_rule; i++) {
+        if (strncmp(cpu, cpu_prefetch_rule[i].cpu, strlen(cpu_prefetch_rule[i].cpu))) continue;
+        int inside = mb <= cpu_prefetch_rule[i].l3_mb;
+        if (inside && cpu_prefetch_rule[i].inside) return 0;
+        if (!inside && m > 0 && m <= cpu_prefetch_rule[i].beyond_m) return 0;
+    }
+    return blocking_for(vec)->prefetch;
 }
 
 static const struct cpu_blocking *blocking_for(int vec)
@@ -131,54 +142,54 @@ tj_cpu_config tj_cpu_config_default_vec(int vec)
 {
     const struct cpu_blocking *b = blocking_for(vec);
     tj_cpu_config c = {.mr = b->mr, .nr = b->nr, .offsets = TJ_CPU_OFFSETS_TABLE, .unroll = 4, .mb = 0, .vec = 0, .kc = -1,
-                       .pack = -1, .order = -1, .serial = 0};
+                       .pack = -1, .order = -1, .serial = 0, .prefetch = -1};
     return c;
 }
 
 static const tj_cpu_config config_space[] = {
-    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 48, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 48, 0, 0, 0, 1, 0, 0, 0, 0, 0},
-    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 24, 0, 0, 0, 1, 0, 0, 0, 0, 0},
-    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 192, 0, 0, 0, 0, 0, 0, 0},
-    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0},
-    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 48, 0, 0, 1, 0, 0, 0, 0, 0, 0},
-    {12, 32, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0},
-    {12, 32, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {12, 32, TJ_CPU_OFFSETS_TABLE, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {14, 32, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {8, 48, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {4, 64, TJ_CPU_OFFSETS_TABLE, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {12, 32, TJ_CPU_OFFSETS_TABLE, 4, 48, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {12, 32, TJ_CPU_OFFSETS_UNROLLED, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {6, 64, TJ_CPU_OFFSETS_UNROLLED, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, -1},
+    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 48, 0, 0, 0, 0, 0, 0, 0, 0, 0, -1},
+    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 48, 0, 0, 0, 1, 0, 0, 0, 0, 0, -1},
+    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 24, 0, 0, 0, 1, 0, 0, 0, 0, 0, -1},
+    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 192, 0, 0, 0, 0, 0, 0, 0, -1},
+    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, -1},
+    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 48, 0, 0, 1, 0, 0, 0, 0, 0, 0, -1},
+    {12, 32, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, -1},
+    {12, 32, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, -1},
+    {12, 32, TJ_CPU_OFFSETS_TABLE, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, -1},
+    {14, 32, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, -1},
+    {8, 48, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, -1},
+    {4, 64, TJ_CPU_OFFSETS_TABLE, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, -1},
+    {12, 32, TJ_CPU_OFFSETS_TABLE, 4, 48, 0, 0, 0, 0, 0, 0, 0, 0, 0, -1},
+    {12, 32, TJ_CPU_OFFSETS_UNROLLED, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, -1},
+    {6, 64, TJ_CPU_OFFSETS_UNROLLED, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, -1},
     /* AVX2-sized blocks (12 accumulators of 16 registers) */
-    {6, 16, TJ_CPU_OFFSETS_TABLE, 4, 0, 8, 0, 0, 0, 0, 0, 0, 0, 0},
-    {4, 24, TJ_CPU_OFFSETS_TABLE, 4, 0, 8, 0, 0, 0, 0, 0, 0, 0, 0},
-    {6, 16, TJ_CPU_OFFSETS_TABLE, 4, 0, 8, 0, 2, 0, 0, 0, 0, 0, 0}, /* X in mr-token panels */
-    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0},
+    {6, 16, TJ_CPU_OFFSETS_TABLE, 4, 0, 8, 0, 0, 0, 0, 0, 0, 0, 0, -1},
+    {4, 24, TJ_CPU_OFFSETS_TABLE, 4, 0, 8, 0, 0, 0, 0, 0, 0, 0, 0, -1},
+    {6, 16, TJ_CPU_OFFSETS_TABLE, 4, 0, 8, 0, 2, 0, 0, 0, 0, 0, 0, -1}, /* X in mr-token panels */
+    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, -1},
     /* bf16-stored weights (fp32 accumulation), AVX-512 and AVX2 blocks */
-    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0, 0, 0, 0, TJ_CPU_WEIGHTS_BF16, 0, 0, 0},
-    {6, 16, TJ_CPU_OFFSETS_TABLE, 4, 0, 8, 0, 0, 0, 0, TJ_CPU_WEIGHTS_BF16, 0, 0, 0},
-    {4, 24, TJ_CPU_OFFSETS_TABLE, 4, 0, 8, 0, 0, 1, 0, TJ_CPU_WEIGHTS_BF16, 0, 0, 0},
+    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 0, 0, 0, 0, 0, 0, TJ_CPU_WEIGHTS_BF16, 0, 0, 0, -1},
+    {6, 16, TJ_CPU_OFFSETS_TABLE, 4, 0, 8, 0, 0, 0, 0, TJ_CPU_WEIGHTS_BF16, 0, 0, 0, -1},
+    {4, 24, TJ_CPU_OFFSETS_TABLE, 4, 0, 8, 0, 0, 1, 0, TJ_CPU_WEIGHTS_BF16, 0, 0, 0, -1},
     /* bf16 activations (x bf16, fp32 accumulation; y fp32 or bf16): fp32 FMA on widened values
      * (AVX2 and AVX-512 blocks), and vdpbf16ps on row pairs (avx512_bf16 hosts only) */
-    {6, 16, TJ_CPU_OFFSETS_TABLE, 4, 0, 8, 0, 0, 0, 0, TJ_CPU_WEIGHTS_BF16, TJ_CPU_ACT_BF16, 0, TJ_CPU_DOT_FMA},
-    {4, 24, TJ_CPU_OFFSETS_TABLE, 4, 0, 8, 0, 0, 0, 0, TJ_CPU_WEIGHTS_BF16, TJ_CPU_ACT_BF16, TJ_CPU_ACT_BF16, TJ_CPU_DOT_FMA},
-    {4, 24, TJ_CPU_OFFSETS_TABLE, 4, 0, 8, 0, 2, 0, 0, TJ_CPU_WEIGHTS_BF16, TJ_CPU_ACT_BF16, TJ_CPU_ACT_BF16, TJ_CPU_DOT_FMA},
-    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 0, 16, 0, 0, 0, 0, TJ_CPU_WEIGHTS_BF16, TJ_CPU_ACT_BF16, 0, TJ_CPU_DOT_FMA},
-    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 0, 16, 0, 0, 0, 0, TJ_CPU_WEIGHTS_BF16, TJ_CPU_ACT_BF16, 0, TJ_CPU_DOT_DPBF16},
-    {12, 32, TJ_CPU_OFFSETS_TABLE, 4, 0, 16, 0, 0, 0, 0, TJ_CPU_WEIGHTS_BF16, TJ_CPU_ACT_BF16, TJ_CPU_ACT_BF16, TJ_CPU_DOT_DPBF16},
+    {6, 16, TJ_CPU_OFFSETS_TABLE, 4, 0, 8, 0, 0, 0, 0, TJ_CPU_WEIGHTS_BF16, TJ_CPU_ACT_BF16, 0, TJ_CPU_DOT_FMA, -1},
+    {4, 24, TJ_CPU_OFFSETS_TABLE, 4, 0, 8, 0, 0, 0, 0, TJ_CPU_WEIGHTS_BF16, TJ_CPU_ACT_BF16, TJ_CPU_ACT_BF16, TJ_CPU_DOT_FMA, -1},
+    {4, 24, TJ_CPU_OFFSETS_TABLE, 4, 0, 8, 0, 2, 0, 0, TJ_CPU_WEIGHTS_BF16, TJ_CPU_ACT_BF16, TJ_CPU_ACT_BF16, TJ_CPU_DOT_FMA, -1},
+    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 0, 16, 0, 0, 0, 0, TJ_CPU_WEIGHTS_BF16, TJ_CPU_ACT_BF16, 0, TJ_CPU_DOT_FMA, -1},
+    {6, 64, TJ_CPU_OFFSETS_TABLE, 4, 0, 16, 0, 0, 0, 0, TJ_CPU_WEIGHTS_BF16, TJ_CPU_ACT_BF16, 0, TJ_CPU_DOT_DPBF16, -1},
+    {12, 32, TJ_CPU_OFFSETS_TABLE, 4, 0, 16, 0, 0, 0, 0, TJ_CPU_WEIGHTS_BF16, TJ_CPU_ACT_BF16, TJ_CPU_ACT_BF16, TJ_CPU_DOT_DPBF16, -1},
     /* AMX tiles (CPUs with AMX-BF16): 32 tokens × 32 features (the default above 16 tokens),
      * 16 × 64 (16 tokens and fewer), smaller k-chunks and items, bf16 y */
-    {32, 32, TJ_CPU_OFFSETS_TABLE, 4, 0, 16, 0, 0, 0, 0, TJ_CPU_WEIGHTS_BF16, TJ_CPU_ACT_BF16, 0, TJ_CPU_DOT_AMX},
-    {16, 64, TJ_CPU_OFFSETS_TABLE, 4, 0, 16, 0, 0, 0, 0, TJ_CPU_WEIGHTS_BF16, TJ_CPU_ACT_BF16, 0, TJ_CPU_DOT_AMX},
-    {32, 32, TJ_CPU_OFFSETS_TABLE, 4, 32, 16, 64, 0, 1, 0, TJ_CPU_WEIGHTS_BF16, TJ_CPU_ACT_BF16, 0, TJ_CPU_DOT_AMX},
-    {32, 16, TJ_CPU_OFFSETS_TABLE, 4, 128, 16, 128, 0, 0, 0, TJ_CPU_WEIGHTS_BF16, TJ_CPU_ACT_BF16, TJ_CPU_ACT_BF16, TJ_CPU_DOT_AMX},
-    {16, 32, TJ_CPU_OFFSETS_TABLE, 4, 16, 16, 32, 0, 0, 0, TJ_CPU_WEIGHTS_BF16, TJ_CPU_ACT_BF16, TJ_CPU_ACT_BF16, TJ_CPU_DOT_AMX},
+    {32, 32, TJ_CPU_OFFSETS_TABLE, 4, 0, 16, 0, 0, 0, 0, TJ_CPU_WEIGHTS_BF16, TJ_CPU_ACT_BF16, 0, TJ_CPU_DOT_AMX, -1},
+    {16, 64, TJ_CPU_OFFSETS_TABLE, 4, 0, 16, 0, 0, 0, 0, TJ_CPU_WEIGHTS_BF16, TJ_CPU_ACT_BF16, 0, TJ_CPU_DOT_AMX, -1},
+    {32, 32, TJ_CPU_OFFSETS_TABLE, 4, 32, 16, 64, 0, 1, 0, TJ_CPU_WEIGHTS_BF16, TJ_CPU_ACT_BF16, 0, TJ_CPU_DOT_AMX, -1},
+    {32, 16, TJ_CPU_OFFSETS_TABLE, 4, 128, 16, 128, 0, 0, 0, TJ_CPU_WEIGHTS_BF16, TJ_CPU_ACT_BF16, TJ_CPU_ACT_BF16, TJ_CPU_DOT_AMX, -1},
+    {16, 32, TJ_CPU_OFFSETS_TABLE, 4, 16, 16, 32, 0, 0, 0, TJ_CPU_WEIGHTS_BF16, TJ_CPU_ACT_BF16, TJ_CPU_ACT_BF16, TJ_CPU_DOT_AMX, -1},
     /* AMX with x as the A operand (the default up to 16 tokens): 16 × 64, 16 × 32, bf16 y */
-    {16, 64, TJ_CPU_OFFSETS_TABLE, 4, 0, 16, 0, 0, 0, 0, TJ_CPU_WEIGHTS_BF16, TJ_CPU_ACT_BF16, 0, TJ_CPU_DOT_AMX_X},
-    {16, 32, TJ_CPU_OFFSETS_TABLE, 4, 32, 16, 0, 0, 0, 0, TJ_CPU_WEIGHTS_BF16, TJ_CPU_ACT_BF16, TJ_CPU_ACT_BF16, TJ_CPU_DOT_AMX_X},
+    {16, 64, TJ_CPU_OFFSETS_TABLE, 4, 0, 16, 0, 0, 0, 0, TJ_CPU_WEIGHTS_BF16, TJ_CPU_ACT_BF16, 0, TJ_CPU_DOT_AMX_X, -1},
+    {16, 32, TJ_CPU_OFFSETS_TABLE, 4, 32, 16, 0, 0, 0, 0, TJ_CPU_WEIGHTS_BF16, TJ_CPU_ACT_BF16, TJ_CPU_ACT_BF16, TJ_CPU_DOT_AMX_X, -1},
 };
 
 const tj_cpu_config *tj_cpu_config_space(int *count)
@@ -296,6 +307,11 @@ void tj_cpu_config_resolve_m(tj_cpu_config *c, const tj_layer *l, int64_t m)
         c->pack = fp32 && big && c->mb == 0 ? 1 : 0;
         if (c->pack) c->mb = b->pack_mb;
     }
+    if (c->prefetch < 0 && m > 0) { /* pinned only where the call's size changes the host's rule */
+        int wb = c->weights == TJ_CPU_WEIGHTS_BF16 || c->dtype == TJ_CPU_ACT_BF16 ? 2 : 4;
+        int pf = tj_cpu_prefetch_for(tj_host_cpu_name(), vec, l, wb, m);
+        if (pf != tj_cpu_prefetch_for(tj_host_cpu_name(), vec, l, wb, 0)) c->prefetch = pf;
+    }
     tj_cpu_config_resolve(c, l);
 }
 
@@ -380,6 +396,9 @@ tj_status tj_cpu_config_check(const tj_cpu_config *c, tj_error *err)
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: dot dpbf16 (vdpbf16ps) needs vec 16 (AVX-512), not %d", c->vec);
     if (c->mb < 0 || c->mb > 1 << 20)
         return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: mb %d is outside [0, 2^20]", c->mb);
+    if (c->prefetch < -1 || c->prefetch > 1 << 16 || (c->prefetch > 0 && c->prefetch % 64))
+        return tj_fail(err, TJ_ERR_INVALID_ARGUMENT,
+                       "cpu config: prefetch %d is not -1 (auto), 0 (none) or a multiple of 64 bytes up to 65536", c->prefetch);
     return TJ_OK;
 }
 
@@ -425,9 +444,9 @@ tj_status tj_cpu_config_from_json(const char *json, tj_cpu_config *out, tj_error
     json_t *v;
     json_object_foreach(o, key, v) {
         if (strcmp(key, "mr") && strcmp(key, "nr") && strcmp(key, "offsets") && strcmp(key, "unroll") &&
-            strcmp(key, "mb") && strcmp(key, "kc") && strcmp(key, "pack") && strcmp(key, "order") && strcmp(key, "vec") && strcmp(key, "serial") && strcmp(key, "weights") && strcmp(key, "backend") &&
+            strcmp(key, "mb") && strcmp(key, "kc") && strcmp(key, "pack") && strcmp(key, "order") && strcmp(key, "vec") && strcmp(key, "serial") && strcmp(key, "prefetch") && strcmp(key, "weights") && strcmp(key, "backend") &&
             strcmp(key, "dtype") && strcmp(key, "out") && strcmp(key, "dot")) {
-            s = tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: unknown key '%s' (mr, nr, offsets, unroll, mb, kc, pack, order, vec, serial, weights, dtype, out, dot)", key);
+            s = tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "cpu config: unknown key '%s' (mr, nr, offsets, unroll, mb, kc, pack, order, vec, serial, prefetch, weights, dtype, out, dot)", key);
             goto done;
         }
     }
@@ -440,6 +459,7 @@ tj_status tj_cpu_config_from_json(const char *json, tj_cpu_config *out, tj_error
     if ((s = json_int(o, "pack", -1, 2, &out->pack, err))) goto done;
     if ((s = json_int(o, "order", -1, 1, &out->order, err))) goto done;
     if ((s = json_int(o, "serial", -1, 1 << 30, &out->serial, err))) goto done;
+    if ((s = json_int(o, "prefetch", -1, 1 << 16, &out->prefetch, err))) goto done;
     v = json_object_get(o, "weights");
     if (v) {
         const char *m = json_string_value(v);
@@ -475,6 +495,7 @@ char *tj_cpu_config_to_json(const tj_cpu_config *c)
     char buf[400], ser[160] = "";
     size_t o = 0;
     if (c->serial) o += (size_t)snprintf(ser, sizeof ser, ", \"serial\": %d", c->serial); /* defaults left out */
+    if (c->prefetch >= 0) o += (size_t)snprintf(ser + o, sizeof ser - o, ", \"prefetch\": %d", c->prefetch);
     if (c->weights)
         o += (size_t)snprintf(ser + o, sizeof ser - o, ", \"weights\": \"%s\"", c->weights == TJ_CPU_WEIGHTS_BF16 ? "bf16" : "f32");
     if (c->dtype) o += (size_t)snprintf(ser + o, sizeof ser - o, ", \"dtype\": \"bf16\"");
@@ -2310,7 +2331,8 @@ tj_status tj_cpu_emit_module_for(LLVMContextRef llctx, const tj_layer *l, const 
     e.yty = e.ybf ? e.i16 : e.f32;
     e.xpty = e.dp || e.amx || e.amx_x ? e.i16 : e.f32;
     e.packed_item = cfg->pack > 0 ? cfg->pack : e.xbf;
-    e.pf = prefetch_for(blocking_for(cfg->vec), e.cpu, l, cfg->weights == TJ_CPU_WEIGHTS_BF16 ? 2 : 4);
+    e.pf = cfg->prefetch >= 0 ? cfg->prefetch
+                              : tj_cpu_prefetch_for(e.cpu, cfg->vec, l, cfg->weights == TJ_CPU_WEIGHTS_BF16 ? 2 : 4, 0);
     e.vptr = LLVMVectorType(e.ptr, (unsigned)e.V);
     LLVMTypeRef mkp[MK_NARGS] = {e.ptr, e.ptr, e.ptr, e.ptr, e.i64, e.i64, e.ptr, e.ptr, e.i64, e.ptr, e.i64, e.i64};
     e.mk_ty = LLVMFunctionType(e.voidt, mkp, MK_NARGS, 0);

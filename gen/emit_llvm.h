@@ -73,6 +73,7 @@ typedef struct tj_cpu_config {
     int dtype;   /* TJ_CPU_ACT_*: activations x */
     int out;     /* TJ_CPU_ACT_*: output y */
     int dot;     /* TJ_CPU_DOT_* */
+    int prefetch; /* bytes ahead in a column block's weight stream; -1 auto (the host's rule), 0 none */
 } tj_cpu_config;
 
 enum { TJ_CPU_WEIGHTS_AUTO = 0, TJ_CPU_WEIGHTS_F32 = 1, TJ_CPU_WEIGHTS_BF16 = 2 };
@@ -107,6 +108,12 @@ void tj_cpu_config_resolve(tj_cpu_config *c, const tj_layer *l);
  * pack_x_mb (m 0 counts as 4096, so that the runtime's bucket above 4096 tokens takes the same
  * kernel as the one below it and no layer compiles a variant for it alone). */
 void tj_cpu_config_resolve_m(tj_cpu_config *c, const tj_layer *l, int64_t m);
+/* The weight prefetch distance in bytes (0: none) for layer l, weights of weight_bytes each, on
+ * LLVM CPU `cpu` with vec floats per vector, for calls of m tokens (0: any): the blocking
+ * table's, unless the host's rule (Zen 3 and Zen 4, by the kept weights' size against the L3)
+ * drops it. A config's "prefetch" -1 (auto) is this with m 0; tj_cpu_config_resolve_m pins it
+ * where the call's size changes it. */
+int tj_cpu_prefetch_for(const char *cpu, int vec, const tj_layer *l, int weight_bytes, int64_t m);
 /* 1 when the JSON object text names `key` (a config's explicit choice), else 0. */
 int tj_cpu_config_json_has(const char *json, const char *key);
 /* Tokens per work item and kept rows per k-block after resolving 0 (auto). */

@@ -320,6 +320,60 @@ static void test_large_call_pack(tj_cpu_jit *jit, tj_pool *pool)
     free_layer(&d);
 }
 
+/* The prefetch rules by host and call size, and kernels with the prefetch pinned (none and a
+ * longer distance) against the reference. */
+static void test_prefetch(tj_cpu_jit *jit, tj_pool *pool)
+{
+    wcase big = {"prefetch, 40 MB kept", 2560, 8192, 128, 0.5, 1, 0, 0, TJ_ACT_NONE, TJ_F32, 0};
+    wcase small = {"prefetch, 2 MB kept", 512, 2048, 128, 0.5, 1, 0, 0, TJ_ACT_NONE, TJ_F32, 0};
+    layer_data db, ds;
+    if (!make_layer(&big, 81, &db)) { CHECK(0); return; }
+    if (!make_layer(&small, 82, &ds)) { CHECK(0); free_layer(&db); return; }
+    const struct { const char *cpu; int vec; const layer_data *d; int64_t m; int want; } cases[] = {
+        {"znver3", 8, &db, 1, 0},     {"znver3", 8, &db, 2, 0},      {"znver3", 8, &db, 4, 1024},
+        {"znver3", 8, &db, 0, 1024},  {"znver3", 8, &ds, 1, 1024},   {"znver4", 16, &db, 1, 1024},
+        {"znver4", 16, &ds, 1, 0},    {"znver4", 16, &ds, 0, 0},     {"znver5", 16, &db, 512, 1024},
+        {"sapphirerapids", 16, &db, 1, 1024}, {"znver3", 8, &db, 1, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        int wb = i == sizeof cases / sizeof *cases - 1 ? 2 : 4; /* bf16: 20 MB kept, inside */
+        int want = wb == 2 ? 1024 : cases[i].want;
+        int got = tj_cpu_prefetch_for(cases[i].cpu, cases[i].vec, &cases[i].d->l, wb, cases[i].m);
+        CHECKF(got == want, "%s, %s, M=%lld, %d-byte weights: prefetch %d, want %d", cases[i].cpu, cases[i].d->l.name,
+               (long long)cases[i].m, wb, got, want);
+    }
+    /* resolve_m pins the prefetch only where the call's size changes the host's choice */
+    tj_cpu_config r = tj_cpu_config_default();
+    CHECKF(r.prefetch == -1, "the default's prefetch is %d, not auto", r.prefetch);
+    int host_any = tj_cpu_prefetch_for(tj_host_cpu_name(), tj_cpu_host_vec(), &db.l, 4, 0);
+    for (int64_t m = 1; m <= 8; m *= 2) {
+        r = tj_cpu_config_default();
+        tj_cpu_config_resolve_m(&r, &db.l, m);
+        int host_m = tj_cpu_prefetch_for(tj_host_cpu_name(), tj_cpu_host_vec(), &db.l, 4, m);
+        CHECKF(r.prefetch == (host_m == host_any ? -1 : host_m), "host %s, M=%lld: prefetch %d", tj_host_cpu_name(),
+               (long long)m, r.prefetch);
+    }
+    tj_error err;
+    tj_cpu_config back;
+    CHECKF(tj_cpu_config_from_json("{\"prefetch\": 96}", &back, &err) == TJ_OK, "prefetch 96: %s", err.msg);
+    tj_cpu_config_resolve(&back, &ds.l);
+    CHECKF(tj_cpu_config_check(&back, &err) != TJ_OK, "prefetch 96 (not a whole number of lines) passed the check");
+    CHECKF(tj_cpu_config_from_json("{\"prefetch\": -2}", &back, &err) != TJ_OK, "prefetch -2 accepted");
+    for (int pf = 0; pf <= 2048; pf += 2048) {
+        tj_cpu_config c = tj_cpu_config_default();
+        c.prefetch = pf;
+        char *j = tj_cpu_config_to_json(&c);
+        CHECKF(j && tj_cpu_config_from_json(j, &back, &err) == TJ_OK && back.prefetch == pf, "prefetch %d round trip: %s", pf,
+               j ? j : "?");
+        free(j);
+        tj_cpu_config_resolve(&c, &ds.l);
+        check_threads_same(jit, pool, &ds, &c, 1, 2, 13 + pf, pf ? "prefetch 2048" : "prefetch none");
+        check_threads_same(jit, pool, &ds, &c, 37, 2, 17 + pf, pf ? "prefetch 2048" : "prefetch none");
+    }
+    free_layer(&db);
+    free_layer(&ds);
+}
+
 /* ---- 4. many threads on one compiled layer (pool contention: losers run alone) */
 typedef struct shared_run {
     const tj_cpu_layer *cl;
@@ -742,6 +796,7 @@ int main(void)
     test_decode_splits(jit, pool);
     test_threads_identical(jit, pool);
     test_large_call_pack(jit, pool);
+    test_prefetch(jit, pool);
     test_concurrent(jit, pool);
     test_public_api();
     test_shared_packing(jit, pool);

@@ -511,7 +511,7 @@ static void test_key_fields(const layer_data *d)
         if (i == 16) CHECK(memcmp(k.hash, k_absent.hash, sizeof k.hash) != 0); /* ew empty is not ew absent */
         free_copy(&c);
     }
-    for (int i = 0; i < 14; i++) { /* every config field */
+    for (int i = 0; i < 15; i++) { /* every config field */
         tj_cpu_config c = cfg;
         switch (i) {
         case 0: c.mr++; break;
@@ -528,6 +528,7 @@ static void test_key_fields(const layer_data *d)
         case 11: c.dtype = !c.dtype; break;
         case 12: c.out = !c.out; break;
         case 13: c.dot = c.dot == TJ_CPU_DOT_FMA ? TJ_CPU_DOT_DPBF16 : TJ_CPU_DOT_FMA; break;
+        case 14: c.prefetch = c.prefetch == 0 ? 2048 : 0; break;
         }
         CHECKF(memcmp(&c, &cfg, sizeof c) != 0, "config field %d not changed", i);
         tj_cpu_layer_key(&k, l, &c, "p");
@@ -535,7 +536,7 @@ static void test_key_fields(const layer_data *d)
     }
     tj_cpu_layer_key(&k, l, &cfg, "p_r");
     CHECK(memcmp(k.hash, k0.hash, sizeof k.hash) != 0);
-    _Static_assert(sizeof(tj_cpu_config) == 14 * sizeof(int), "a new tj_cpu_config field: add it to the loop above");
+    _Static_assert(sizeof(tj_cpu_config) == 15 * sizeof(int), "a new tj_cpu_config field: add it to the loop above");
 }
 
 int main(void)
