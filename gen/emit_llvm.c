@@ -302,8 +302,7 @@ void tj_cpu_config_resolve_m(tj_cpu_config *c, const tj_layer *l, int64_t m)
     if (c->pack < 0) { /* the blocking table's rule for calls whose X outgrows the cache */
         const struct cpu_blocking *b = blocking_for(vec);
         int fp32 = c->dtype != TJ_CPU_ACT_BF16 && c->offsets == TJ_CPU_OFFSETS_TABLE;
-        double mm = m > 0 ? (double)m : 4096.0; /* unknown (the runtime's bucket above 4096): as its neighbour */
-        int big = b->pack_x_mb > 0 && 4.0 * mm * (double)l->k > b->pack_x_mb * 1024.0 * 1024.0;
+        int big = m > 0 && b->pack_x_mb > 0 && 4.0 * (double)m * (double)l->k > b->pack_x_mb * 1024.0 * 1024.0;
         c->pack = fp32 && big && c->mb == 0 ? 1 : 0;
         if (c->pack) c->mb = b->pack_mb;
     }

@@ -101,12 +101,12 @@ tj_status tj_cpu_config_check(const tj_cpu_config *c, tj_error *err);
 /* Resolves the automatic choices (vec 0, order -1, dot auto, kc -1, pack -1: 0) of c for layer l on the host.
  * A dot amx config takes the AMX block (mr 32, nr 32) unless c's block is one; amx_x 16 × 32. */
 void tj_cpu_config_resolve(tj_cpu_config *c, const tj_layer *l);
-/* The same for calls of m tokens (0: unknown, large). The built-in choice of a bf16 config's
+/* The same for calls of m tokens (0: unknown, so no size rule applies). The built-in choice of a bf16 config's
  * automatic dot on an AMX host: m ≤ 16 amx_x 16 × 32 (an X tile of m rows: the tile unit does
  * only the call's work), above it amx 32 × 32. An fp32 config's automatic pack (with mb auto)
  * is the blocking table's large-call rule: pack 1, mb pack_mb where m · k floats exceed its
- * pack_x_mb (m 0 counts as 4096, so that the runtime's bucket above 4096 tokens takes the same
- * kernel as the one below it and no layer compiles a variant for it alone). */
+ * pack_x_mb. (The runtime resolves its open class above TJ_M_TOP tokens as TJ_M_TOP, so that it
+ * takes the kernel of the class below and no layer compiles a variant for it alone.) */
 void tj_cpu_config_resolve_m(tj_cpu_config *c, const tj_layer *l, int64_t m);
 /* The weight prefetch distance in bytes (0: none) for layer l, weights of weight_bytes each, on
  * LLVM CPU `cpu` with vec floats per vector, for calls of m tokens (0: any): the blocking

@@ -612,9 +612,10 @@ void tj_cpu_context_release(tj_context *c)
 }
 
 /* Per-M dispatch: a layer is built once per distinct config that the tuning records pick for
- * the batch-size buckets M ≤ 1, 2, 4, ..., 2^(NB-2) and above; a call runs the variant of its
- * M's bucket. Without records (or with an override) there is one variant. */
-#define NB 14
+ * the batch-size buckets M ≤ 1, 2, 4, ..., TJ_M_TOP and above (TJ_M_CLASSES, tuning/tuning.h); a
+ * call runs the variant of its M's bucket. Without records (or with an override) there is one
+ * variant, unless a size rule of tj_cpu_config_resolve_m picks another for some buckets. */
+#define NB TJ_M_CLASSES
 
 typedef struct cpu_layer_set {
     int nvar;
@@ -706,7 +707,8 @@ static tj_status cpu_load(tj_model *m, tj_error *err)
                 cfg.dtype = TJ_CPU_ACT_BF16;
                 if (!tj_cpu_config_json_has(json, "dot")) cfg.dot = TJ_CPU_DOT_AUTO;
             }
-            tj_cpu_config_resolve_m(&cfg, l, b < NB - 1 ? (int64_t)1 << b : 0); /* the bucket's largest M */
+            /* the bucket's largest M; the open class above TJ_M_TOP as the class below it */
+            tj_cpu_config_resolve_m(&cfg, l, (int64_t)1 << (b < NB - 1 ? b : NB - 2));
             char *cj = tj_cpu_config_to_json(&cfg);
             if (!cj) return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory");
             int v = 0;

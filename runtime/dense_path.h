@@ -14,10 +14,11 @@
 #include "pattern/pattern.h"
 #include "runtime/backend.h"
 #include "runtime/context.h"
+#include "tuning/tuning.h"
 
-/* M classes of the choice: M ≤ 1, 2, 4, ..., 2^(TJ_PATH_BUCKETS - 2), and above (the CPU
- * backend's per-M dispatch uses the same classes). */
-#define TJ_PATH_BUCKETS 14
+/* M classes of the choice: the runtime's (TJ_M_CLASSES in tuning/tuning.h), which the CPU
+ * backend's per-M dispatch uses too. */
+#define TJ_PATH_BUCKETS TJ_M_CLASSES
 int tj_path_bucket(int64_t m);
 
 /* ---- one layer on a dense library ---------------------------------------------------------- */

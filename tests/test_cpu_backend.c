@@ -12,6 +12,7 @@
 #include "base/safetensors.h"
 #include "pattern/random.h"
 #include "tj_model.h"
+#include "tuning/tuning.h"
 
 #define TOL 1e-5
 
@@ -284,15 +285,18 @@ static void test_large_call_pack(tj_cpu_jit *jit, tj_pool *pool)
     tj_cpu_config_resolve_m(&r, &d.l, small);
     CHECKF(r.pack == 0 && r.mb == 0, "M=%lld: pack %d mb %d", (long long)small, r.pack, r.mb);
     r = avx2;
-    tj_cpu_config_resolve_m(&r, &d.l, 0); /* unknown size, counted as 4096: X 128 MB */
-    CHECKF(r.pack == 1 && r.mb == 32, "M unknown: pack %d mb %d", r.pack, r.mb);
+    tj_cpu_config_resolve_m(&r, &d.l, TJ_M_TOP); /* the runtime's top classes: X 128 MB */
+    CHECKF(r.pack == 1 && r.mb == 32, "M %lld: pack %d mb %d", (long long)TJ_M_TOP, r.pack, r.mb);
+    r = avx2;
+    tj_cpu_config_resolve_m(&r, &d.l, 0); /* no call size: no size rule */
+    CHECKF(r.pack == 0 && r.mb == 0, "M unknown: pack %d mb %d", r.pack, r.mb);
     wcase cs = c;
     cs.k = 512; /* X at M = 4096: 8 MB */
     layer_data ds;
     if (!make_layer(&cs, 78, &ds)) { CHECK(0); free_layer(&d); return; }
     r = avx2;
-    tj_cpu_config_resolve_m(&r, &ds.l, 0);
-    CHECKF(r.pack == 0, "M unknown, k 512: pack %d", r.pack);
+    tj_cpu_config_resolve_m(&r, &ds.l, TJ_M_TOP);
+    CHECKF(r.pack == 0, "M %lld, k 512: pack %d", (long long)TJ_M_TOP, r.pack);
     free_layer(&ds);
     r = avx2;
     r.pack = 0;

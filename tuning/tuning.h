@@ -94,6 +94,11 @@ int64_t tj_tune_db_records(const tj_tune_db *db, const tj_tune_target *t, const 
 /* M buckets: bucket(m) = ceil(log2 m), so 1, 2, 3–4, 5–8, …, 2049–4096 … A lookup takes the
  * tuned bucket nearest to bucket(m) (ties: the larger). */
 int tj_tune_m_bucket(int64_t m);
+/* The runtime's M classes (the CPU backend's per-M variants, the dense-path choice): the first
+ * TJ_M_CLASSES - 1 buckets, M ≤ 1, 2, 4, …, TJ_M_TOP, and one open class above TJ_M_TOP, which
+ * takes the choice of the class below it where a rule needs a size. */
+#define TJ_M_CLASSES 14
+#define TJ_M_TOP ((int64_t)1 << (TJ_M_CLASSES - 2))
 
 /* How a lookup matched, most specific first. */
 typedef enum tj_tune_match {
