@@ -270,6 +270,28 @@ def test_layers_loss():
     check(torch.allclose(got, want, rtol=1e-5), "finetune's 'layers' loss: %.6f, by hand %.6f" % (float(got), float(want)))
 
 
+def test_kl_slices():
+    """finetune's "logits" loss computes the KL per token in slices, each recomputed in the
+    backward pass: the same values and gradients as the whole-batch formula, slices that do not
+    divide the tokens included."""
+    from tilejit.recover import kl_tokens
+    g = torch.Generator().manual_seed(3)
+    lo, lr = 3 * torch.randn(2, 7, 50, generator=g), 3 * torch.randn(2, 7, 50, generator=g)
+    a, b = lo.clone().requires_grad_(True), lo.clone().requires_grad_(True)
+    lq = torch.log_softmax(lr, -1)
+    want = (lq.exp() * (lq - torch.log_softmax(a, -1))).sum(-1)
+    got = kl_tokens(b, lr, rows=3)
+    check(got.shape == want.shape and torch.allclose(got, want, rtol=1e-5, atol=1e-6),
+          "kl_tokens in slices of 3 of 14 tokens: max difference %.2e" % float((got - want).detach().abs().max()))
+    w = torch.randn(2, 7, generator=g)
+    (want * w).sum().backward()
+    (got * w).sum().backward()
+    check(torch.allclose(a.grad, b.grad, rtol=1e-5, atol=1e-7),
+          "kl_tokens' gradient equals the whole-batch formula's (max difference %.2e)" % float((a.grad - b.grad).abs().max()))
+    with torch.no_grad():
+        check(torch.allclose(kl_tokens(lo, lr, rows=4), want.detach(), rtol=1e-5, atol=1e-6), "kl_tokens without autograd")
+
+
 def test_bad_input(tok):
     cal = D.token_chunks(tok, " ".join(tiny.sentences(200, 2, 8, 30)), 16, 32, 8)
     dense, model, _ = pruned_pair(tiny.llama, cal, num_samples=16)
@@ -292,6 +314,7 @@ def main():
     test_gradients()
     test_token_errors()
     test_layers_loss()
+    test_kl_slices()
     test_recovery(tok)
     test_bad_input(tok)
     print(check.summary())

@@ -22,6 +22,34 @@ from .sequential import (PruneError, PruneInterrupted, _hidden_of, _Inputs, _log
 _ACT = {"none": None, "relu": torch.relu, "gelu": lambda y: nn.functional.gelu(y, approximate="none")}
 
 
+def _gather(x2, idx):
+    """Each tile's kept input features of x2 [M × k]: [tiles × M × kept]."""
+    return x2.index_select(1, idx.reshape(-1)).view(x2.shape[0], idx.shape[0], -1).transpose(0, 1)
+
+
+class _GatherMM(torch.autograd.Function):
+    """y[t] = x2[:, idx[t]] · w[t]ᵀ for every tile t ([tiles × M × g]). The backward gathers x2's
+    kept features again instead of holding them from the forward: autograd would keep the
+    gathered copy, (n / g) · kept floats per token, several times x itself (SmolLM2 at 50 %:
+    about 3.6 GB for a batch of 8 × 256 tokens), where x2 is usually held anyway."""
+
+    @staticmethod
+    def forward(ctx, x2, w, idx):
+        ctx.save_for_backward(x2, w, idx)
+        return torch.bmm(_gather(x2, idx), w.transpose(1, 2))
+
+    @staticmethod
+    def backward(ctx, gy):
+        x2, w, idx = ctx.saved_tensors
+        gx = gw = None
+        if ctx.needs_input_grad[1]:
+            gw = torch.bmm(gy.transpose(1, 2), _gather(x2, idx))
+        if ctx.needs_input_grad[0]:
+            gxg = torch.bmm(gy, w).transpose(0, 1).reshape(x2.shape[0], -1)  # [M × tiles · kept]
+            gx = torch.zeros_like(x2).index_add_(1, idx.reshape(-1), gxg)
+        return gx, gw, None
+
+
 class TileLinear(nn.Module):
     """y = act(x · (W ⊙ mask)ᵀ + b) for a tile-wise pattern layer (a dict of the tilejit-pattern
     JSON), whose parameters are only the kept weights: when every tile keeps the same number of
@@ -89,13 +117,13 @@ class TileLinear(nn.Module):
         x2 = x.reshape(-1, self.k)
         m = x2.shape[0]
         if self.uniform:
-            xg = x2.index_select(1, self.idx.reshape(-1)).view(m, self.ntiles, -1).transpose(0, 1)  # [T, M, kt]
-            y = torch.bmm(xg, self.w.transpose(1, 2)).transpose(0, 1).reshape(m, -1)[:, :self.ncols]
+            y = _GatherMM.apply(x2, self.w, self.idx).transpose(0, 1).reshape(m, -1)[:, :self.ncols]
         else:
             outs = []
             for name, wt in zip(self._kept, self.tiles):
                 kk = getattr(self, name)
-                outs.append(x2.index_select(1, kk) @ wt.t() if kk.numel() else x2.new_zeros(m, wt.shape[0]))
+                outs.append(_GatherMM.apply(x2, wt.unsqueeze(0), kk.unsqueeze(0))[0] if kk.numel()
+                            else x2.new_zeros(m, wt.shape[0]))
             y = torch.cat(outs, 1) if outs else x2.new_zeros(m, 0)
         if self.cols is not None:
             y = x2.new_zeros(m, self.n).index_copy(1, self.cols, y)
@@ -324,14 +352,32 @@ def recover(model, dense_model, data, *, num_samples=512, max_seq_len=None, step
     return results
 
 
+def _kl_rows(lo, lr):
+    """KL(teacher ‖ model) of each row's next-token distribution: [rows, vocabulary] logits → [rows]."""
+    lp, lq = torch.log_softmax(lo.float(), -1), torch.log_softmax(lr.float(), -1)
+    return (lq.exp() * (lq - lp)).sum(-1)
+
+
+def kl_tokens(lo, lr, rows=256):
+    """_kl_rows of [..., vocabulary] logits, per token, in slices of `rows` tokens. Under autograd
+    each slice is recomputed in the backward pass (torch.utils.checkpoint), so a batch's
+    log-softmaxes and their products (five tensors of batch × tokens × vocabulary floats, 400 MB
+    each for 8 × 256 tokens of a 49,152-word vocabulary) are never held at once: only one slice's."""
+    from torch.utils.checkpoint import checkpoint
+    v = lo.shape[-1]
+    a, b = lo.reshape(-1, v), lr.reshape(-1, v)
+    grad = torch.is_grad_enabled() and a.requires_grad
+    parts = [checkpoint(_kl_rows, a[i:i + rows], b[i:i + rows], use_reentrant=False) if grad
+             else _kl_rows(a[i:i + rows], b[i:i + rows]) for i in range(0, a.shape[0], rows)]
+    return torch.cat(parts).reshape(lo.shape[:-1])
+
+
 def _distill_loss(kind, out, ref, batch):
     mask = token_mask(batch)
     if callable(kind):
         return kind(out, ref, batch)
     if kind == "logits":
-        lo, lr = out.logits.float(), ref.logits.float()
-        lp, lq = torch.log_softmax(lo, -1), torch.log_softmax(lr, -1)
-        kl = (lq.exp() * (lq - lp)).sum(-1)
+        kl = kl_tokens(out.logits, ref.logits)
         return kl[mask].mean() if mask is not None and kl.shape == mask.shape else kl.mean()
     if kind == "hidden":
         ho, hr = out.last_hidden_state, ref.last_hidden_state
