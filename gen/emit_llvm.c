@@ -1383,7 +1383,7 @@ static tj_status emit_item(em *e, tj_cpu_emit_info *info, tj_error *err)
         for (int b = 1; b <= nv; b++) {
             if (!need_nv[b]) { mk[(a - 1) * nv + (b - 1)] = LLVMConstNull(e->ptr); continue; }
             if (!variant[v][b]) {
-                e->packed = e->cfg->pack > 0 ? e->cfg->pack : e->xbf;
+                e->packed = e->packed_item;
                 variant[v][b] = e->dp ? emit_mk_dp(e, v, b) : emit_mk_table(e, v, b);
                 e->packed = 0;
             }
