@@ -26,11 +26,13 @@ static const int cpu_mb[] = {0, 32, 128}; /* tokens per work item; 0: the backen
 static const int cpu_kc[] = {-1, 0, 384}; /* kept rows per k-block; -1: auto (the blocking table), 0: none */
 static const int cpu_serial[] = {0, -1};  /* built-in small-call threshold, or always parallel */
 static const char *const cpu_dtype[] = {"f32", "bf16"}; /* activations: bf16 only when asked for */
+/* weight prefetch distance in bytes; -1: auto (the blocking table and host rules), 0: none */
+static const int cpu_prefetch[] = {-1, 0, 2048};
 /* Axis entries: the value count comes from the array itself (OMIT: the first value is left out
  * of the config JSON). */
 #define AXIS_I(name, vals, omit) {name, (int)(sizeof vals / sizeof *vals), vals, NULL, omit}
 #define AXIS_S(name, vals, omit) {name, (int)(sizeof vals / sizeof *vals), NULL, vals, omit}
-enum { CPU_MR, CPU_NR, CPU_OFFSETS, CPU_UNROLL, CPU_MB, CPU_KC, CPU_SERIAL, CPU_DTYPE, CPU_NAXES };
+enum { CPU_MR, CPU_NR, CPU_OFFSETS, CPU_UNROLL, CPU_MB, CPU_KC, CPU_SERIAL, CPU_DTYPE, CPU_PREFETCH, CPU_NAXES };
 static const tj_tune_axis cpu_axes[CPU_NAXES] = {
     AXIS_I("mr", cpu_mr, 0),
     AXIS_I("nr", cpu_nr, 0),
@@ -40,6 +42,7 @@ static const tj_tune_axis cpu_axes[CPU_NAXES] = {
     AXIS_I("kc", cpu_kc, 1),
     AXIS_I("serial", cpu_serial, 1),
     AXIS_S("dtype", cpu_dtype, 1),
+    AXIS_I("prefetch", cpu_prefetch, 1),
 };
 
 /* The backend's built-in default must be a point of the space (the adaptive search measures it
@@ -51,9 +54,11 @@ static void cpu_default(const tj_tune_host *h, int v[CPU_NAXES])
     int vec = h->vec > 0 ? h->vec : 16;
 #if TJ_HAVE_LLVM
     tj_cpu_config d = tj_cpu_config_default_vec(vec);
-    int dv[CPU_NAXES] = {d.mr, d.nr, d.offsets == TJ_CPU_OFFSETS_UNROLLED, d.unroll, d.mb, d.kc, d.serial, 0 /* f32 */};
+    int dv[CPU_NAXES] = {d.mr, d.nr, d.offsets == TJ_CPU_OFFSETS_UNROLLED, d.unroll, d.mb, d.kc, d.serial, 0 /* f32 */,
+                         d.prefetch};
 #else
-    int dv[CPU_NAXES] = {vec <= 8 ? 4 : 6, vec == 16 ? 64 : vec == 8 ? 24 : 2 * vec, 0 /* table */, 4, 0, -1, 0, 0 /* f32 */};
+    int dv[CPU_NAXES] = {vec <= 8 ? 4 : 6, vec == 16 ? 64 : vec == 8 ? 24 : 2 * vec, 0 /* table */, 4, 0, -1, 0, 0 /* f32 */,
+                         -1 /* prefetch auto */};
 #endif
     memcpy(v, dv, sizeof dv);
 }
@@ -141,6 +146,9 @@ const char *tj_tune_space_why_invalid(const char *backend, const tj_tune_host *h
         /* always parallel differs from the built-in only where some tuned M runs serially */
         if (ival(axes, p, CPU_SERIAL) < 0 && (h->min_m <= 0 || !tj_cpu_serial_call(0, h->min_m, h->kept)))
             return "serial -1: no tuned M is under the built-in serial threshold";
+        /* the prefetch distance moved decode-sized calls only (bench/RESULTS.md, issue 25, round 10) */
+        if (ival(axes, p, CPU_PREFETCH) >= 0 && (h->min_m <= 0 || h->min_m > 16))
+            return "prefetch: only decode-sized calls (a tuned M ≤ 16) depend on the weight prefetch";
         if (strcmp(sval(axes, p, CPU_DTYPE), "bf16") == 0) {
             if (!h->act_bf16) return "dtype bf16: the activations are fp32 (tune with bf16 activations to search it)";
             if (strcmp(sval(axes, p, CPU_OFFSETS), "unrolled") == 0) return "dtype bf16 stages X: table offsets only";

@@ -237,15 +237,16 @@ static void test_space(void)
     for (int64_t i = 0; i < s.count; i++) CHECK(isfinite(tj_tune_model_cost(&s, &h, i, &w, 2)) && tj_tune_model_cost(&s, &h, i, &w, 2) > 0);
     int64_t n16 = s.count;
     CHECK(count_in(&s, "unrolled") > 0);
+    /* bf16 activations, "always parallel" and a pinned prefetch join only when they can matter */
+    CHECK(count_in(&s, "\"dtype\":\"bf16\"") == 0 && count_in(&s, "\"serial\":-1") == 0 && count_in(&s, "\"prefetch\"") == 0);
     tj_tune_space_free(&s);
-    /* bf16 activations and "always parallel" join only when they can matter */
-    CHECK(count_in(&s, "\"dtype\":\"bf16\"") == 0 && count_in(&s, "\"serial\":-1") == 0);
     tj_tune_host hb = h;
     hb.act_bf16 = 1;
     hb.min_m = 1;
     hb.kept_rows = 100;
     CHECK_OK(tj_tune_space_build("cpu", &hb, &s, &err), &err);
     CHECK(count_in(&s, "\"dtype\":\"bf16\"") > 0 && count_in(&s, "\"serial\":-1") > 0 && s.default_index >= 0);
+    CHECK(count_in(&s, "\"prefetch\":0") > 0 && count_in(&s, "\"prefetch\":2048") > 0); /* decode-sized M */
     for (int64_t i = 0; i < s.count; i++)
         CHECKF(!strstr(s.json[i], "bf16") || (!strstr(s.json[i], "unrolled") && !strstr(s.json[i], "\"kc\"")), "%s", s.json[i]);
     tj_tune_space_free(&s);
