@@ -102,6 +102,14 @@ static const struct cpu_blocking {
     {1, 4, 2, 0, 0, 0, 0.2, 1e9, 0, 0},
 };
 
+/* The blocking table's row for hosts of vec floats per vector. */
+static const struct cpu_blocking *blocking_for(int vec)
+{
+    size_t i = 0;
+    while (i + 1 < sizeof cpu_blocking / sizeof *cpu_blocking && cpu_blocking[i].vec > vec) i++;
+    return &cpu_blocking[i];
+}
+
 /* Hosts (LLVM CPU names, by prefix) whose prefetch pays only on one side of an L3 of l3_mb MB
  * of kept weights. Zen 4 (Zen 5 keeps its cache sizes per core complex): layers inside the L3
  * go without it, at every M. Zen 3: calls of at most beyond_m tokens on layers beyond the L3 go
@@ -116,9 +124,6 @@ static const struct {
     int beyond_m; /* > 0: no prefetch for calls of at most this many tokens beyond it */
 } cpu_prefetch_rule[] = {{"znver4", 32, 1, 0}, {"znver5", 32, 1, 0}, {"znver3", 32, 0, 2}};
 
-/* The blocking table's row for hosts of vec floats per vector. */
-static const struct cpu_blocking *blocking_for(int vec);
-
 int tj_cpu_prefetch_for(const char *cpu, int vec, const tj_layer *l, int weight_bytes, int64_t m)
 {
     double mb = (double)tj_layer_kept(l) * weight_bytes / (1024.0 * 1024.0);
@@ -129,13 +134,6 @@ int tj_cpu_prefetch_for(const char *cpu, int vec, const tj_layer *l, int weight_
         if (!inside && m > 0 && m <= cpu_prefetch_rule[i].beyond_m) return 0;
     }
     return blocking_for(vec)->prefetch;
-}
-
-static const struct cpu_blocking *blocking_for(int vec)
-{
-    size_t i = 0;
-    while (i + 1 < sizeof cpu_blocking / sizeof *cpu_blocking && cpu_blocking[i].vec > vec) i++;
-    return &cpu_blocking[i];
 }
 
 tj_cpu_config tj_cpu_config_default_vec(int vec)
@@ -289,6 +287,13 @@ void tj_cpu_config_resolve(tj_cpu_config *c, const tj_layer *l)
     }
 }
 
+/* Bytes per stored weight: bf16 where asked for, and for bf16 activations (which read bf16
+ * weights, also before tj_cpu_config_resolve sets `weights`), else fp32. */
+static int weight_bytes(const tj_cpu_config *c)
+{
+    return c->weights == TJ_CPU_WEIGHTS_BF16 || c->dtype == TJ_CPU_ACT_BF16 ? 2 : 4;
+}
+
 void tj_cpu_config_resolve_m(tj_cpu_config *c, const tj_layer *l, int64_t m)
 {
     int vec = c->vec ? c->vec : tj_cpu_host_vec();
@@ -307,7 +312,7 @@ void tj_cpu_config_resolve_m(tj_cpu_config *c, const tj_layer *l, int64_t m)
         if (c->pack) c->mb = b->pack_mb;
     }
     if (c->prefetch < 0 && m > 0) { /* pinned only where the call's size changes the host's rule */
-        int wb = c->weights == TJ_CPU_WEIGHTS_BF16 || c->dtype == TJ_CPU_ACT_BF16 ? 2 : 4;
+        int wb = weight_bytes(c);
         int pf = tj_cpu_prefetch_for(tj_host_cpu_name(), vec, l, wb, m);
         if (pf != tj_cpu_prefetch_for(tj_host_cpu_name(), vec, l, wb, 0)) c->prefetch = pf;
     }
@@ -2331,7 +2336,7 @@ tj_status tj_cpu_emit_module_for(LLVMContextRef llctx, const tj_layer *l, const 
     e.xpty = e.dp || e.amx || e.amx_x ? e.i16 : e.f32;
     e.packed_item = cfg->pack > 0 ? cfg->pack : e.xbf;
     e.pf = cfg->prefetch >= 0 ? cfg->prefetch
-                              : tj_cpu_prefetch_for(e.cpu, cfg->vec, l, cfg->weights == TJ_CPU_WEIGHTS_BF16 ? 2 : 4, 0);
+                              : tj_cpu_prefetch_for(e.cpu, cfg->vec, l, weight_bytes(cfg), 0);
     e.vptr = LLVMVectorType(e.ptr, (unsigned)e.V);
     LLVMTypeRef mkp[MK_NARGS] = {e.ptr, e.ptr, e.ptr, e.ptr, e.i64, e.i64, e.ptr, e.ptr, e.i64, e.ptr, e.i64, e.i64};
     e.mk_ty = LLVMFunctionType(e.voidt, mkp, MK_NARGS, 0);

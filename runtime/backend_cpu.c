@@ -615,13 +615,12 @@ void tj_cpu_context_release(tj_context *c)
  * the batch-size buckets M ≤ 1, 2, 4, ..., TJ_M_TOP and above (TJ_M_CLASSES, tuning/tuning.h); a
  * call runs the variant of its M's bucket. Without records (or with an override) there is one
  * variant, unless a size rule of tj_cpu_config_resolve_m picks another for some buckets. */
-#define NB TJ_M_CLASSES
 
 typedef struct cpu_layer_set {
     int nvar;
-    tj_cpu_layer *var[NB];
-    char *json[NB];      /* each variant's config, canonical JSON */
-    unsigned char pick[NB]; /* bucket → variant */
+    tj_cpu_layer *var[TJ_M_CLASSES];
+    char *json[TJ_M_CLASSES];      /* each variant's config, canonical JSON */
+    unsigned char pick[TJ_M_CLASSES]; /* bucket → variant */
 } cpu_layer_set;
 
 typedef struct cpu_model {
@@ -634,7 +633,7 @@ typedef struct cpu_model {
 static int bucket_of(int64_t m)
 {
     int b = tj_tune_m_bucket(m);
-    return b < NB - 1 ? b : NB - 1;
+    return b < TJ_M_CLASSES - 1 ? b : TJ_M_CLASSES - 1;
 }
 
 static tj_status cpu_available(tj_context *c, tj_error *err)
@@ -696,11 +695,11 @@ static tj_status cpu_load(tj_model *m, tj_error *err)
         cpu_layer_set *ls = &cm->layers[i];
         int want_bf16 = prec == TJ_PRECISION_BF16 || (prec == TJ_PRECISION_AUTO && host_bf16 && m->lw[i].wdt == TJ_BF16);
         const char *json0 = tj_context_config_for(m->ctx, "cpu", tj_host_cpu_name(), "x86_64", l, 0);
-        for (int b = 0; b < NB; b++) {
+        for (int b = 0; b < TJ_M_CLASSES; b++) {
             int64_t mt = 0;
-            const char *json = b == NB - 1 ? json0 : tj_context_config_at(m->ctx, "cpu", tj_host_cpu_name(), "x86_64", l,
+            const char *json = b == TJ_M_CLASSES - 1 ? json0 : tj_context_config_at(m->ctx, "cpu", tj_host_cpu_name(), "x86_64", l,
                                                                          (int64_t)1 << b, 0, &mt);
-            if (b < NB - 1 && mt == 0) json = json0;
+            if (b < TJ_M_CLASSES - 1 && mt == 0) json = json0;
             tj_cpu_config cfg;
             TJ_TRY(tj_cpu_config_from_json(json, &cfg, err));
             if (want_bf16 && !tj_cpu_config_json_has(json, "dtype")) {
@@ -708,7 +707,7 @@ static tj_status cpu_load(tj_model *m, tj_error *err)
                 if (!tj_cpu_config_json_has(json, "dot")) cfg.dot = TJ_CPU_DOT_AUTO;
             }
             /* the bucket's largest M; the open class above TJ_M_TOP as the class below it */
-            tj_cpu_config_resolve_m(&cfg, l, (int64_t)1 << (b < NB - 1 ? b : NB - 2));
+            tj_cpu_config_resolve_m(&cfg, l, (int64_t)1 << (b < TJ_M_CLASSES - 1 ? b : TJ_M_CLASSES - 2));
             char *cj = tj_cpu_config_to_json(&cfg);
             if (!cj) return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory");
             int v = 0;
@@ -734,15 +733,15 @@ static tj_status cpu_load(tj_model *m, tj_error *err)
                 packed_bytes += (double)ls->var[v]->pk->wp_bytes;
             }
         }
-        nbf16 += ls->var[ls->pick[NB - 1]]->cfg.dtype == TJ_CPU_ACT_BF16;
+        nbf16 += ls->var[ls->pick[TJ_M_CLASSES - 1]]->cfg.dtype == TJ_CPU_ACT_BF16;
         if (ls->nvar > 1) {
             char buf[2048];
             size_t o = 0;
-            for (int b = 0; b < NB && o < sizeof buf; b++)
-                if (b == NB - 1 || ls->pick[b + 1] != ls->pick[b])
+            for (int b = 0; b < TJ_M_CLASSES && o < sizeof buf; b++)
+                if (b == TJ_M_CLASSES - 1 || ls->pick[b + 1] != ls->pick[b])
                 {
                     char upto[32] = "larger M";
-                    if (b < NB - 1) snprintf(upto, sizeof upto, "M ≤ %lld", (long long)1 << b);
+                    if (b < TJ_M_CLASSES - 1) snprintf(upto, sizeof upto, "M ≤ %lld", (long long)1 << b);
                     o += (size_t)snprintf(buf + o, sizeof buf - o, "%s%s: %s", o ? "; " : "", upto, ls->json[ls->pick[b]]);
                 }
             tj_context_note(m->ctx, "cpu: layer '%s' dispatches per M: %s", l->name, buf);

@@ -17,7 +17,7 @@
 int tj_path_bucket(int64_t m)
 {
     int b = tj_tune_m_bucket(m);
-    return b < TJ_PATH_BUCKETS - 1 ? b : TJ_PATH_BUCKETS - 1;
+    return b < TJ_M_CLASSES - 1 ? b : TJ_M_CLASSES - 1;
 }
 
 /* The M a class stands for in the rule and the records: its upper end; the open last class the
@@ -130,9 +130,9 @@ enum { SRC_FORCED = 1, SRC_RECORDS, SRC_RULE, SRC_BF16, SRC_OFF };
 
 typedef struct path_layer {
     tj_dense_layer *dense;                 /* NULL: the kernel at every M */
-    unsigned char dense_at[TJ_PATH_BUCKETS]; /* 1: the dense path at this class */
-    unsigned char src[TJ_PATH_BUCKETS];      /* what decided */
-    char *records_why[TJ_PATH_BUCKETS];      /* SRC_RECORDS: the records' line */
+    unsigned char dense_at[TJ_M_CLASSES]; /* 1: the dense path at this class */
+    unsigned char src[TJ_M_CLASSES];      /* what decided */
+    char *records_why[TJ_M_CLASSES];      /* SRC_RECORDS: the records' line */
     int wanted;                            /* the choice wanted the dense path somewhere */
 } path_layer;
 
@@ -149,7 +149,7 @@ void tj_paths_free(tj_paths *ps)
     if (!ps) return;
     for (int64_t i = 0; i < ps->p->nlayers; i++) {
         tj_dense_layer_free(ps->l[i].dense);
-        for (int b = 0; b < TJ_PATH_BUCKETS; b++) free(ps->l[i].records_why[b]);
+        for (int b = 0; b < TJ_M_CLASSES; b++) free(ps->l[i].records_why[b]);
     }
     free(ps->l);
     free(ps);
@@ -183,7 +183,7 @@ tj_status tj_paths_build(tj_context *c, const char *backend, const tj_pattern *p
         const tj_layer *l = &p->layers[i];
         path_layer *pl = &ps->l[i];
         double dens = density_of(l);
-        for (int b = 0; b < TJ_PATH_BUCKETS; b++) {
+        for (int b = 0; b < TJ_M_CLASSES; b++) {
             char why[1024];
             int r = tj_context_path_at(c, backend, device, arch, l, bucket_m(b), why, sizeof why);
             if (ps->off && !c->override_dense) {
@@ -195,7 +195,7 @@ tj_status tj_paths_build(tj_context *c, const char *backend, const tj_pattern *p
                     s = tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory");
                     break;
                 }
-            } else if (kernel_bf16 && kernel_bf16[i * TJ_PATH_BUCKETS + b]) {
+            } else if (kernel_bf16 && kernel_bf16[i * TJ_M_CLASSES + b]) {
                 pl->src[b] = SRC_BF16;
                 r = 0;
             } else {
@@ -222,13 +222,13 @@ tj_status tj_paths_build(tj_context *c, const char *backend, const tj_pattern *p
         }
         char at[512];
         size_t o = 0;
-        for (int b = 0; b < TJ_PATH_BUCKETS && o < sizeof at; b++)
+        for (int b = 0; b < TJ_M_CLASSES && o < sizeof at; b++)
             if (pl->dense_at[b] && (b == 0 || !pl->dense_at[b - 1])) {
                 int e = b;
-                while (e + 1 < TJ_PATH_BUCKETS && pl->dense_at[e + 1]) e++;
+                while (e + 1 < TJ_M_CLASSES && pl->dense_at[e + 1]) e++;
                 char lo[32] = "1", hi[32] = "any";
                 if (b > 0) snprintf(lo, sizeof lo, "%lld", (long long)bucket_m(b - 1) + 1);
-                if (e < TJ_PATH_BUCKETS - 1) snprintf(hi, sizeof hi, "%lld", (long long)bucket_m(e));
+                if (e < TJ_M_CLASSES - 1) snprintf(hi, sizeof hi, "%lld", (long long)bucket_m(e));
                 o += (size_t)snprintf(at + o, sizeof at - o, "%sM %s..%s", o ? ", " : "", lo, hi);
             }
         int first = 0;
@@ -281,8 +281,8 @@ const char *tj_paths_why(const tj_paths *ps, int64_t layer, int64_t m)
     default: {
         double x = tj_dense_rule_crossover(bucket_m(b), l->n, l->k, ps->threads);
         char mclass[48];
-        snprintf(mclass, sizeof mclass, "M %s %lld", b == TJ_PATH_BUCKETS - 1 ? ">" : "≤",
-                 (long long)bucket_m(b == TJ_PATH_BUCKETS - 1 ? b - 1 : b));
+        snprintf(mclass, sizeof mclass, "M %s %lld", b == TJ_M_CLASSES - 1 ? ">" : "≤",
+                 (long long)bucket_m(b == TJ_M_CLASSES - 1 ? b - 1 : b));
         if (x > 1)
             snprintf(buf, sizeof buf, "%s: rule (dense_rule.c): the kernel wins at every density at %s, k %lld, %d thread(s)",
                      path, mclass, (long long)l->k, ps->threads);

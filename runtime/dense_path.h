@@ -18,7 +18,6 @@
 
 /* M classes of the choice: the runtime's (TJ_M_CLASSES in tuning/tuning.h), which the CPU
  * backend's per-M dispatch uses too. */
-#define TJ_PATH_BUCKETS TJ_M_CLASSES
 int tj_path_bucket(int64_t m);
 
 /* ---- one layer on a dense library ---------------------------------------------------------- */
@@ -50,7 +49,7 @@ typedef struct tj_paths tj_paths;
 /* The path of every layer of pattern p (weights lw) per M class on backend `backend` ("cpu"),
  * run on `threads` threads (the rule's), the dense layers on `dense_threads` (0: the calling
  * thread's OpenMP count, see tj_dense_layer_create): for each class, a forced config, else the tuning records (through c),
- * else the rule; kernel_bf16[layer·TJ_PATH_BUCKETS + class] (may be NULL) marks classes whose kernel
+ * else the rule; kernel_bf16[layer·TJ_M_CLASSES + class] (may be NULL) marks classes whose kernel
  * computes in bf16, where the fp32 rule does not apply. Builds the dense layers the choice needs.
  * Notes each layer that takes the dense path anywhere (c's verbose log). *out is NULL when no
  * layer takes it. Fails when the dense path is forced and no library can run it, or when out of

@@ -54,18 +54,18 @@ static tj_status prepare_paths(tj_model *m, tj_error *err)
     if (m->ops->kind != TJ_BACKEND_CPU) return TJ_OK;
     const tj_pattern *p = m->pattern;
     int64_t nb;
-    if (!tj_mul_ok(p->nlayers, TJ_PATH_BUCKETS, &nb)) return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "too many layers");
+    if (!tj_mul_ok(p->nlayers, TJ_M_CLASSES, &nb)) return tj_fail(err, TJ_ERR_INVALID_ARGUMENT, "too many layers");
     /* classes whose kernel computes in bf16: the fp32 rule does not speak for them */
     unsigned char *bf = calloc((size_t)(nb ? nb : 1), 1);
     if (!bf) return tj_fail(err, TJ_ERR_OUT_OF_MEMORY, "out of memory");
     for (int64_t i = 0; m->ops->config_at && i < p->nlayers; i++) {
         const char *last = NULL;
         int last_bf = 0;
-        for (int b = 0; b < TJ_PATH_BUCKETS; b++) { /* classes mostly share a variant: parse each once */
+        for (int b = 0; b < TJ_M_CLASSES; b++) { /* classes mostly share a variant: parse each once */
             const char *cfg = m->ops->config_at(m, i, (int64_t)1 << b);
             if (b == 0 || cfg != last) last_bf = tj_paths_config_bf16(cfg);
             last = cfg;
-            bf[i * TJ_PATH_BUCKETS + b] = (unsigned char)last_bf;
+            bf[i * TJ_M_CLASSES + b] = (unsigned char)last_bf;
         }
     }
     /* the rule's thread count is the context's; a dense call follows the calling thread's OpenMP
