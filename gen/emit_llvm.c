@@ -124,6 +124,38 @@ static const struct {
     int beyond_m; /* > 0: no prefetch for calls of at most this many tokens beyond it */
 } cpu_prefetch_rule[] = {{"znver4", 32, 1, 0}, {"znver5", 32, 1, 0}, {"znver3", 32, 0, 2}};
 
+/* Hosts (LLVM CPU names, by prefix) whose work order departs from the blocking table's rule.
+ * Zen 5 (1 MB L2 per core, full-width AVX-512): token-chunk-major order keeps a chunk of X
+ * (48 tokens × k values of x) in L2 only while it takes at most x_l2_kb KB, so a longer k goes
+ * tile-major (4096 × 4096 at s = 0.75: M = 128 8.7 → 6.0-6.6 ms, M = 512 27-34 → 22-24 ms, two
+ * threads 15-25 → 11.6-11.7 ms); and calls whose whole X exceeds x_mb MB, beyond what the L3
+ * holds beside the weights, go chunk-major, so X streams from memory once rather than once per
+ * tile (4096 × 11008, M = 512, X 22.5 MB: s = 0.75 118-134 → 67-81 ms, s = 0.5 153-182 →
+ * 138-143 ms; at M = 128, X 5.6 MB, tile-major stays ahead: 16-17 against 18.5-20.7 ms)
+ * (bench/RESULTS.md, issue 25, round 11). Zen 4 has the same L2 but was not measured. */
+static const struct {
+    const char *cpu;
+    double x_l2_kb; /* order 1 needs 48 · k values of x within this */
+    double x_mb;    /* calls with more X than this go order 1 */
+} cpu_order_rule[] = {{"znver5", 512, 16}};
+
+int tj_cpu_order_for(const char *cpu, const tj_layer *l, int x_bytes, int64_t m)
+{
+    for (size_t i = 0; i < sizeof cpu_order_rule / sizeof *cpu_order_rule; i++) {
+        if (strncmp(cpu, cpu_order_rule[i].cpu, strlen(cpu_order_rule[i].cpu))) continue;
+        double k = (double)l->k;
+        if (m > 0 && (double)x_bytes * (double)m * k > cpu_order_rule[i].x_mb * 1024.0 * 1024.0) return 1;
+        if (48.0 * x_bytes * k > cpu_order_rule[i].x_l2_kb * 1024.0) return 0;
+    }
+    return -1;
+}
+
+/* Bytes per element of x as the kernel reads it. */
+static int x_bytes(const tj_cpu_config *c)
+{
+    return c->dtype == TJ_CPU_ACT_BF16 ? 2 : 4;
+}
+
 int tj_cpu_prefetch_for(const char *cpu, int vec, const tj_layer *l, int weight_bytes, int64_t m)
 {
     double mb = (double)tj_layer_kept(l) * weight_bytes / (1024.0 * 1024.0);
@@ -265,6 +297,8 @@ void tj_cpu_config_resolve(tj_cpu_config *c, const tj_layer *l)
         double kept = l->ntiles ? (double)l->tile_ptr[l->ntiles] / ((double)l->ntiles * (double)l->k) : 1.0;
         double bytes = 4.0 * (double)tj_layer_kept(l);
         c->order = kept < b->order1_kept && bytes <= b->order1_mb * 1e6 ? 1 : 0;
+        int host = tj_cpu_order_for(tj_host_cpu_name(), l, x_bytes(c), 0);
+        if (host >= 0) c->order = host;
     }
     if (c->dtype == TJ_CPU_ACT_BF16) {
         c->weights = TJ_CPU_WEIGHTS_BF16; /* both dot products read bf16 weights */
@@ -304,6 +338,8 @@ void tj_cpu_config_resolve_m(tj_cpu_config *c, const tj_layer *l, int64_t m)
          * wins on every shape but 384 × 384 (4096 × 4096, M = 32: 1.5×) */
         if (m <= 16) c->dot = TJ_CPU_DOT_AMX_X, c->mr = 16, c->nr = 32;
     }
+    if (c->order < 0 && tj_cpu_order_for(tj_host_cpu_name(), l, x_bytes(c), m) == 1)
+        c->order = 1; /* the host's rule for calls whose X outgrows its L3 */
     if (c->pack < 0) { /* the blocking table's rule for calls whose X outgrows the cache */
         const struct cpu_blocking *b = blocking_for(vec);
         int fp32 = c->dtype != TJ_CPU_ACT_BF16 && c->offsets == TJ_CPU_OFFSETS_TABLE;

@@ -114,6 +114,10 @@ void tj_cpu_config_resolve_m(tj_cpu_config *c, const tj_layer *l, int64_t m);
  * drops it. A config's "prefetch" -1 (auto) is this with m 0; tj_cpu_config_resolve_m pins it
  * where the call's size changes it. */
 int tj_cpu_prefetch_for(const char *cpu, int vec, const tj_layer *l, int weight_bytes, int64_t m);
+/* The host's own choice of work order (config "order") for layer l, x of x_bytes per value,
+ * calls of m tokens (0: any), on LLVM CPU `cpu`: 1 or 0 where the host's rule (Zen 5, by the
+ * size of X against its L2 and L3) decides, -1 where the blocking table's rule stands. */
+int tj_cpu_order_for(const char *cpu, const tj_layer *l, int x_bytes, int64_t m);
 /* 1 when the JSON object text names `key` (a config's explicit choice), else 0. */
 int tj_cpu_config_json_has(const char *json, const char *key);
 /* Tokens per work item and kept rows per k-block after resolving 0 (auto). */

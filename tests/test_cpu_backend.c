@@ -324,6 +324,52 @@ static void test_large_call_pack(tj_cpu_jit *jit, tj_pool *pool)
     free_layer(&d);
 }
 
+/* The host order rule (Zen 5): long k goes tile-major, calls whose X outgrows the L3
+ * chunk-major, other hosts keep the blocking table's rule; on this host the default config
+ * resolves to it, and a chunk-major long-k kernel matches the reference. */
+static void test_order_rule(tj_cpu_jit *jit, tj_pool *pool)
+{
+    wcase lk = {"order, k 11008", 128, 11008, 128, 0.75, 1, 0, 0, TJ_ACT_NONE, TJ_F32, 0};
+    wcase mk = {"order, k 4096", 128, 4096, 128, 0.75, 1, 0, 0, TJ_ACT_NONE, TJ_F32, 0};
+    wcase sk = {"order, k 768", 128, 768, 128, 0.75, 1, 0, 0, TJ_ACT_NONE, TJ_F32, 0};
+    layer_data dl, dm, ds;
+    if (!make_layer(&lk, 91, &dl)) { CHECK(0); return; }
+    if (!make_layer(&mk, 92, &dm)) { CHECK(0); free_layer(&dl); return; }
+    if (!make_layer(&sk, 93, &ds)) { CHECK(0); free_layer(&dl); free_layer(&dm); return; }
+    const struct { const char *cpu; const layer_data *d; int xb; int64_t m; int want; } cases[] = {
+        {"znver5", &dl, 4, 512, 1},  /* X 22.5 MB */
+        {"znver5", &dl, 4, 128, 0},  /* X 5.6 MB; 48 tokens of k 11008: 2.1 MB */
+        {"znver5", &dl, 4, 0, 0},    {"znver5", &dm, 4, 512, 0}, {"znver5", &dm, 4, 0, 0},
+        {"znver5", &dm, 2, 0, -1},   /* bf16 x: 48 tokens of k 4096 take 384 KB */
+        {"znver5", &ds, 4, 0, -1},   {"znver5", &ds, 4, 8192, 1}, /* X 24 MB */
+        {"znver4", &dl, 4, 512, -1}, {"sapphirerapids", &dm, 4, 0, -1}, {"znver3", &dl, 4, 512, -1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        int got = tj_cpu_order_for(cases[i].cpu, &cases[i].d->l, cases[i].xb, cases[i].m);
+        CHECKF(got == cases[i].want, "%s, %s, %d-byte x, M=%lld: order %d, want %d", cases[i].cpu, cases[i].d->l.name,
+               cases[i].xb, (long long)cases[i].m, got, cases[i].want);
+    }
+    int host = tj_cpu_order_for(tj_host_cpu_name(), &dm.l, 4, 0);
+    tj_cpu_config r = tj_cpu_config_default();
+    tj_cpu_config_resolve(&r, &dm.l);
+    CHECKF(host < 0 || r.order == host, "host %s, k 4096: order %d, the host's rule %d", tj_host_cpu_name(), r.order, host);
+    r = tj_cpu_config_default();
+    r.order = 0; /* an explicit order wins over the host's rule */
+    tj_cpu_config_resolve_m(&r, &dl.l, 512);
+    CHECKF(r.order == 0, "explicit order 0 became %d", r.order);
+    r = tj_cpu_config_default();
+    tj_cpu_config_resolve_m(&r, &dl.l, 512);
+    int want = tj_cpu_order_for(tj_host_cpu_name(), &dl.l, 4, 512);
+    CHECKF(want < 0 || r.order == want, "host %s, k 11008, M=512: order %d, the host's rule %d", tj_host_cpu_name(), r.order, want);
+    r = tj_cpu_config_default();
+    r.order = 1;
+    tj_cpu_config_resolve(&r, &dl.l);
+    check_threads_same(jit, pool, &dl, &r, 61, 2, 19, "order 1, k 11008");
+    free_layer(&dl);
+    free_layer(&dm);
+    free_layer(&ds);
+}
+
 /* The prefetch rules by host and call size, and kernels with the prefetch pinned (none and a
  * longer distance) against the reference. */
 static void test_prefetch(tj_cpu_jit *jit, tj_pool *pool)
@@ -801,6 +847,7 @@ int main(void)
     test_threads_identical(jit, pool);
     test_large_call_pack(jit, pool);
     test_prefetch(jit, pool);
+    test_order_rule(jit, pool);
     test_concurrent(jit, pool);
     test_public_api();
     test_shared_packing(jit, pool);
