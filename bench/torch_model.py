@@ -3,9 +3,9 @@
 in the same run, at each thread count.
 
 all-MiniLM-L6-v2 (transformers.BertModel) on a batch of --batch sentences, padded to the longest:
---sentences sample (default) repeats tilejit.bert.SAMPLE_SENTENCES, sixteen short everyday
+--sentences sample (default) repeats tilejit.data.SAMPLE_SENTENCES, sixteen short everyday
 sentences (16 tokens each, as examples/torch_encoder.py), --sentences fortunes takes the first
---batch of the evaluation split of tilejit.bert.corpus_split (longer: padded to 68). One forward pass of the
+--batch of the evaluation split of tilejit.data.corpus_split (longer: padded to 68). One forward pass of the
 dense model and of the same model with its encoder's linear layers swapped by
 tilejit.torch.sparsify, alternating, --runs timed passes each after two warm-up passes. For every
 thread count the two are timed under the same torch.set_num_threads(t); tilejit follows
@@ -96,7 +96,7 @@ def main():
     import torch
     import transformers
     import tilejit.torch as tjt
-    from tilejit.bert import SAMPLE_SENTENCES, corpus_split
+    from tilejit.data import SAMPLE_SENTENCES, corpus_split
 
     threads = [int(t) for t in a.threads.split(",")]
     tok = transformers.AutoTokenizer.from_pretrained(a.model)
