@@ -127,7 +127,7 @@ static const struct {
 /* Hosts (LLVM CPU names, by prefix) whose work order departs from the blocking table's rule.
  * Zen 5 (1 MB L2 per core, full-width AVX-512): token-chunk-major order keeps a chunk of X
  * (48 tokens × k values of x) in L2 only while it takes at most x_l2_kb KB, so a longer k goes
- * tile-major (4096 × 4096 at s = 0.75: M = 128 8.7 → 6.0-6.6 ms, M = 512 27-34 → 22-24 ms, two
+ * tile-major (4096 × 4096 at s = 0.75: M = 128 7.8-8.7 → 6.0-6.6 ms, M = 512 27-34 → 22-24 ms, two
  * threads 15-25 → 11.6-11.7 ms); and calls whose whole X exceeds x_mb MB, beyond what the L3
  * holds beside the weights, go chunk-major, so X streams from memory once rather than once per
  * tile (4096 × 11008, M = 512, X 22.5 MB: s = 0.75 118-134 → 67-81 ms, s = 0.5 153-182 →
